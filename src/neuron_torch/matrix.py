@@ -330,7 +330,7 @@ class _Reader:
 
     def python(self, value: object, key: str) -> str:
         if not isinstance(value, str) or not _PYTHON.match(value):
-            raise self.fail(key, f"{value!r} is not a Python version like \"3.12\"")
+            raise self.fail(key, f'{value!r} is not a Python version like "3.12"')
         return value
 
     def bool(self, data: Mapping[str, Any], key: str, prefix: str = "") -> bool:

@@ -34,9 +34,7 @@ def write_index(dists: list[Path], root: Path) -> Path:
             digest = hashlib.sha256(dist.read_bytes()).hexdigest()
             href = f"{html.escape(dist.name)}#sha256={digest}"
             links.append(f'<a href="{href}">{html.escape(dist.name)}</a><br/>')
-        (folder / "index.html").write_text(
-            "<!DOCTYPE html>\n<html><body>\n" + "\n".join(links) + "\n</body></html>\n"
-        )
+        (folder / "index.html").write_text("<!DOCTYPE html>\n<html><body>\n" + "\n".join(links) + "\n</body></html>\n")
     root_links = [f'<a href="{p}/">{p}</a><br/>' for p in sorted(projects)]
     (root / "index.html").write_text("<!DOCTYPE html>\n<html><body>\n" + "\n".join(root_links) + "\n</body></html>\n")
     return root
