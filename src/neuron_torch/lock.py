@@ -30,7 +30,7 @@ def find_uv() -> str:
     if found:
         return found
     try:
-        from uv import find_uv_bin  # type: ignore[import-not-found]
+        from uv import find_uv_bin
 
         return str(find_uv_bin())
     except ImportError:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from neuron_torch.errors import NeuronTorchError
@@ -61,19 +61,11 @@ def read_lock(path: Path) -> Lock:
     indexes: dict[str, str] = {}
     seals: dict[str, str] = {}
     packages: list[LockedPackage] = []
-    current: dict[str, object] | None = None
+    current: LockedPackage | None = None
 
     def finish() -> None:
         if current is not None:
-            packages.append(
-                LockedPackage(
-                    name=str(current["name"]),
-                    version=str(current["version"]),
-                    operator=str(current["operator"]),
-                    hashes=tuple(current["hashes"]),  # type: ignore[arg-type]
-                    index_url=current["index_url"],  # type: ignore[arg-type]
-                )
-            )
+            packages.append(current)
 
     for raw in text.splitlines():
         line = raw.strip()
@@ -88,12 +80,12 @@ def read_lock(path: Path) -> Lock:
             elif seal_match := _SEAL.match(line):
                 seals[seal_match["pin"]] = seal_match["digest"]
             elif (from_match := _FROM.match(line)) and current is not None:
-                current["index_url"] = from_match["url"]
+                current = replace(current, index_url=from_match["url"])
             continue
         if line.startswith("--hash="):
             if current is None:
                 raise NeuronTorchError(f"{path}: a --hash line comes before any requirement")
-            current["hashes"].extend(m["digest"] for m in _HASH.finditer(line))  # type: ignore[union-attr]
+            current = replace(current, hashes=(*current.hashes, *(m["digest"] for m in _HASH.finditer(line))))
             continue
         if line.startswith("-"):
             continue  # pip options such as --index-url are allowed in pip-tools files and carry no pin
@@ -101,13 +93,13 @@ def read_lock(path: Path) -> Lock:
         if not requirement:
             raise NeuronTorchError(f"{path}: cannot read the requirement line {line!r}")
         finish()
-        current = {
-            "name": requirement["name"],
-            "operator": requirement["op"],
-            "version": requirement["version"],
-            "hashes": [m["digest"] for m in _HASH.finditer(requirement["rest"])],
-            "index_url": None,
-        }
+        current = LockedPackage(
+            name=requirement["name"],
+            version=requirement["version"],
+            operator=requirement["op"],
+            hashes=tuple(m["digest"] for m in _HASH.finditer(requirement["rest"])),
+            index_url=None,
+        )
     finish()
     return Lock(
         path=path,
