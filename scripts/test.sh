@@ -7,6 +7,7 @@ scripts/dev-setup.sh
 venv=.venv/bin
 "$venv/ruff" check src tests
 "$venv/ruff" format --check src tests
+"$venv/mypy"
 "$venv/neuron-torch" render --check
 "$venv/neuron-torch" check
 "$venv/python" -m pytest "$@"
