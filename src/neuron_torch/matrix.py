@@ -311,7 +311,7 @@ class _Reader:
             raise self.fail(full, f"must be a table, not {type(value).__name__}")
         return value
 
-    def str(self, data: Mapping[str, Any], key: str, prefix: str = "", default: str | None = None) -> str:
+    def text(self, data: Mapping[str, Any], key: str, prefix: str = "", default: str | None = None) -> str:
         full = f"{prefix}{key}"
         if key not in data:
             if default is not None:
@@ -323,23 +323,23 @@ class _Reader:
         return value
 
     def version(self, data: Mapping[str, Any], key: str, prefix: str = "") -> str:
-        value = self.str(data, key, prefix)
+        value = self.text(data, key, prefix)
         if not _VERSION.match(value):
             raise self.fail(f"{prefix}{key}", f"'{value}' is not an exact version (or a `X.Y.*` family pattern)")
         return value
 
     def python(self, value: object, key: str) -> str:
         if not isinstance(value, str) or not _PYTHON.match(value):
-            raise self.fail(key, f"{value!r} is not a Python version like \"3.12\"")
+            raise self.fail(key, f'{value!r} is not a Python version like "3.12"')
         return value
 
-    def bool(self, data: Mapping[str, Any], key: str, prefix: str = "") -> bool:
+    def flag(self, data: Mapping[str, Any], key: str, prefix: str = "") -> bool:
         value = data.get(key)
         if not isinstance(value, bool):
             raise self.fail(f"{prefix}{key}", f"must be true or false, not {value!r}")
         return value
 
-    def int(self, data: Mapping[str, Any], key: str, prefix: str = "") -> int:
+    def whole(self, data: Mapping[str, Any], key: str, prefix: str = "") -> int:
         value = data.get(key)
         if not isinstance(value, int) or isinstance(value, bool) or value < 0:
             raise self.fail(f"{prefix}{key}", f"must be a whole number >= 0, not {value!r}")
@@ -398,16 +398,16 @@ def _parse(data: Mapping[str, Any], path: Path) -> Matrix:
         raise r.fail("schema", f"must be {SCHEMA} (this neuron-torch reads schema {SCHEMA}), not {schema!r}")
     root = path.resolve().parent.parent
     paths = data.get("paths", {})
-    generated_dir = root / r.str(paths, "generated", "paths.", "constraints/generated")
-    locks_dir = root / r.str(paths, "locks", "paths.", "constraints/locks")
+    generated_dir = root / r.text(paths, "generated", "paths.", "constraints/generated")
+    locks_dir = root / r.text(paths, "locks", "paths.", "constraints/locks")
 
     rel = r.table(data, "release")
     release = Release(
-        name=r.str(rel, "name", "release."),
+        name=r.text(rel, "name", "release."),
         version=r.version(rel, "version", "release."),
-        date=r.str(rel, "date", "release."),
-        notes=r.str(rel, "notes", "release.", ""),
-        default_cell=r.str(rel, "default_cell", "release."),
+        date=r.text(rel, "date", "release."),
+        notes=r.text(rel, "notes", "release.", ""),
+        default_cell=r.text(rel, "default_cell", "release."),
     )
     packages = r.str_map(data, "packages")
     for name in packages:
@@ -429,7 +429,7 @@ def _parse(data: Mapping[str, Any], path: Path) -> Matrix:
         family = Family(
             name=name,
             torch=r.version(fam, "torch", prefix),
-            torch_local=r.str(fam, "torch_local", prefix, ""),
+            torch_local=r.text(fam, "torch_local", prefix, ""),
             torch_neuronx=r.version(fam, "torch_neuronx", prefix),
             pythons=tuple(r.python(p, f"{prefix}python") for p in r.str_list(fam, "python", prefix)),
         )
@@ -449,17 +449,17 @@ def _parse(data: Mapping[str, Any], path: Path) -> Matrix:
         pythons = osd.get("python")
         systems[os_id] = OperatingSystem(
             id=os_id,
-            distro=r.str(osd, "distro", prefix),
-            version=r.str(osd, "version", prefix),
-            codename=r.str(osd, "codename", prefix),
+            distro=r.text(osd, "distro", prefix),
+            version=r.text(osd, "version", prefix),
+            codename=r.text(osd, "codename", prefix),
             default_python=r.python(osd.get("default_python"), f"{prefix}default_python"),
-            glibc=r.str(osd, "glibc", prefix),
-            lock_platform=r.str(osd, "lock_platform", prefix),
-            base_image=r.str(osd, "base_image", prefix),
-            source_ami_name=r.str(osd, "source_ami_name", prefix, ""),
-            source_ami_owner=r.str(osd, "source_ami_owner", prefix, ""),
-            wheels_available=r.bool(osd, "wheels_available", prefix),
-            wheels_note=r.str(osd, "wheels_note", prefix, ""),
+            glibc=r.text(osd, "glibc", prefix),
+            lock_platform=r.text(osd, "lock_platform", prefix),
+            base_image=r.text(osd, "base_image", prefix),
+            source_ami_name=r.text(osd, "source_ami_name", prefix, ""),
+            source_ami_owner=r.text(osd, "source_ami_owner", prefix, ""),
+            wheels_available=r.flag(osd, "wheels_available", prefix),
+            wheels_note=r.text(osd, "wheels_note", prefix, ""),
             pythons=None
             if pythons is None
             else tuple(r.python(p, f"{prefix}python") for p in r.str_list(osd, "python", prefix)),
@@ -468,47 +468,47 @@ def _parse(data: Mapping[str, Any], path: Path) -> Matrix:
     pyi = r.table(data, "python_install")
     python_install = PythonInstall(
         uv=r.version(pyi, "uv", "python_install."),
-        route_default=r.str(pyi, "route_default", "python_install."),
-        route_other=r.str(pyi, "route_other", "python_install."),
+        route_default=r.text(pyi, "route_default", "python_install."),
+        route_other=r.text(pyi, "route_other", "python_install."),
     )
 
     instance_families = {}
     for name, fam in r.table(data, "instance_families").items():
         prefix = f"instance_families.{name}."
-        instance_families[name] = InstanceFamily(name, r.str(fam, "arch", prefix), r.int(fam, "lnc_default", prefix))
+        instance_families[name] = InstanceFamily(name, r.text(fam, "arch", prefix), r.whole(fam, "lnc_default", prefix))
         if instance_families[name].arch in unsupported.arch:
             raise r.fail(f"{prefix}arch", f"{instance_families[name].arch} is listed under [unsupported.arch]")
     instances = {}
     for itype, inst in r.table(data, "instances").items():
         prefix = f"instances.{itype}."
-        family_name = r.str(inst, "family", prefix)
+        family_name = r.text(inst, "family", prefix)
         if family_name not in instance_families:
             raise r.fail(f"{prefix}family", f"'{family_name}' is not one of {', '.join(instance_families)}")
         instances[itype] = Instance(
             type=itype,
             family=family_name,
-            chips=r.int(inst, "chips", prefix),
-            logical_devices=r.int(inst, "logical_devices", prefix),
-            note=r.str(inst, "note", prefix, ""),
+            chips=r.whole(inst, "chips", prefix),
+            logical_devices=r.whole(inst, "logical_devices", prefix),
+            note=r.text(inst, "note", prefix, ""),
         )
 
     apt_table = r.table(data, "apt")
     apt_packages = []
     for name, pkg in r.table(apt_table, "packages", "apt.").items():
         prefix = f"apt.packages.{name}."
-        scope = r.str(pkg, "scope", prefix)
+        scope = r.text(pkg, "scope", prefix)
         if scope not in ("host", "image"):
             raise r.fail(f"{prefix}scope", f"must be 'host' or 'image', not '{scope}'")
         apt_packages.append(AptPackage(name, r.version(pkg, "version", prefix), scope))
-    fingerprint = r.str(apt_table, "key_fingerprint", "apt.", "").replace(" ", "").upper()
+    fingerprint = r.text(apt_table, "key_fingerprint", "apt.", "").replace(" ", "").upper()
     if fingerprint and not re.fullmatch(r"[0-9A-F]{40}", fingerprint):
         raise r.fail("apt.key_fingerprint", "must be a 40-hex-digit OpenPGP fingerprint (or empty: not pinned)")
     apt = AptRepo(
-        url=r.str(apt_table, "url", "apt."),
-        key_url=r.str(apt_table, "key_url", "apt."),
+        url=r.text(apt_table, "url", "apt."),
+        key_url=r.text(apt_table, "key_url", "apt."),
         key_fingerprint=fingerprint,
-        keyring=r.str(apt_table, "keyring", "apt."),
-        component=r.str(apt_table, "component", "apt."),
+        keyring=r.text(apt_table, "keyring", "apt."),
+        component=r.text(apt_table, "component", "apt."),
         packages=tuple(apt_packages),
     )
 
@@ -566,7 +566,7 @@ def _parse_indexes(r: _Reader, data: Mapping[str, Any]) -> tuple[Index, ...]:
     claimed: dict[str, str] = {}
     for position, entry in enumerate(raw):
         prefix = f"indexes[{position}]."
-        index = Index(r.str(entry, "name", prefix), r.str(entry, "url", prefix), r.str_list(entry, "serves", prefix))
+        index = Index(r.text(entry, "name", prefix), r.text(entry, "url", prefix), r.str_list(entry, "serves", prefix))
         for package in index.serves:
             if package in claimed:
                 raise r.fail(f"{prefix}serves", f"'{package}' is already served by index '{claimed[package]}'")

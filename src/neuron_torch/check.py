@@ -1,0 +1,29 @@
+"""`neuron-torch check`: the matrix, the generated files and every lock, with each problem named."""
+
+from __future__ import annotations
+
+from neuron_torch.cellinfo import relative
+from neuron_torch.lockfile import lock_problems, read_lock
+from neuron_torch.matrix import Matrix
+from neuron_torch.render import stale_files
+
+
+def problems(matrix: Matrix) -> list[str]:
+    """Everything wrong with the release as checked in; the matrix itself was validated when it was loaded."""
+    found = [
+        f"{relative(path, matrix)}: stale or missing generated file; run `neuron-torch render`"
+        for path in stale_files(matrix)
+    ]
+    cells = {cell.lock_path: cell for cell in matrix.cells}
+    if matrix.locks_dir.is_dir():
+        for path in sorted(matrix.locks_dir.glob("*.txt")):
+            cell = cells.get(path)
+            if cell is None:
+                found.append(f"{relative(path, matrix)}: a lock for no cell of {matrix.release.name}; remove it")
+                continue
+            found += lock_problems(read_lock(path), matrix, cell)
+    return found
+
+
+def locked_cells(matrix: Matrix) -> list[str]:
+    return [cell.id for cell in matrix.cells if cell.lock_path.is_file()]

@@ -1,0 +1,208 @@
+"""The `neuron-torch` command: a thin layer over the library. Exit codes: 0 ok, 1 a check failed, 2 bad input."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+from neuron_torch import __version__
+from neuron_torch.cellinfo import caveats, cell_record, install_route, relative
+from neuron_torch.check import problems
+from neuron_torch.errors import EXIT_FAILED, EXIT_OK, NeuronTorchError
+from neuron_torch.lock import lock_cell
+from neuron_torch.manifest import compare, format_findings, read_manifest, release_packages
+from neuron_torch.matrix import Matrix, load_matrix
+from neuron_torch.render import stale_files, write_rendered
+
+Handler = Callable[[argparse.Namespace, Matrix], int]
+
+
+def cmd_matrix(args: argparse.Namespace, matrix: Matrix) -> int:
+    records = [cell_record(matrix, cell) for cell in matrix.cells]
+    if args.json:
+        print(json.dumps(records, indent=2))
+        return EXIT_OK
+    columns = ["id", "torch", "torch_neuronx", "neuronx_cc", "nki", "python_route", "wheels_available"]
+    rows = [columns] + [[str(record[c]) for c in columns] for record in records]
+    widths = [max(len(row[i]) for row in rows) for i in range(len(columns))]
+    for row in rows:
+        print("  ".join(value.ljust(width) for value, width in zip(row, widths, strict=True)).rstrip())
+    print(f"\n{len(records)} cells of {matrix.release.name}; default {matrix.release.default_cell}")
+    return EXIT_OK
+
+
+def cmd_cell(args: argparse.Namespace, matrix: Matrix) -> int:
+    cell = matrix.cell(args.id)
+    record = cell_record(matrix, cell)
+    if args.json:
+        print(json.dumps(record, indent=2))
+        return EXIT_OK
+    print(f"cell {cell.id} ({matrix.release.name})")
+    print("pins:")
+    for name, version in cell.pins.items():
+        print(f"  {name}=={version}")
+    for package in matrix.apt.packages:
+        print(f"  apt {package.apt_pin}  ({package.scope})")
+    print("install route:")
+    for step in install_route(matrix, cell):
+        print(f"  {step}")
+    notes = caveats(matrix, cell)
+    if notes:
+        print("caveats:")
+        for note in notes:
+            print(f"  - {note}")
+    lock = "present" if cell.lock_path.is_file() else "missing: run `neuron-torch lock --cell " + cell.id + "`"
+    print(f"constraints: {relative(cell.constraints_path, matrix)}\nlock: {relative(cell.lock_path, matrix)} ({lock})")
+    return EXIT_OK
+
+
+def cmd_instance(args: argparse.Namespace, matrix: Matrix) -> int:
+    instance = matrix.instance(args.type)
+    record = {
+        "type": instance.type,
+        "family": instance.family,
+        "chips": instance.chips or None,
+        "expected_devices": instance.expected_devices,
+        "lnc": matrix.instance_families[instance.family].lnc_default,
+        "note": instance.note,
+    }
+    if args.json:
+        print(json.dumps(record, indent=2))
+    else:
+        devices = instance.expected_devices or "unknown (not documented)"
+        print(f"{instance.type}: family {instance.family}, expected logical devices at LNC={record['lnc']}: {devices}")
+        if instance.note:
+            print(f"  {instance.note}")
+    return EXIT_OK
+
+
+def cmd_render(args: argparse.Namespace, matrix: Matrix) -> int:
+    if args.check:
+        stale = stale_files(matrix)
+        for path in stale:
+            print(f"stale: {relative(path, matrix)}", file=sys.stderr)
+        if stale:
+            print(f"{len(stale)} generated file(s) are stale; run `neuron-torch render`", file=sys.stderr)
+            return EXIT_FAILED
+        print("all generated files are up to date")
+        return EXIT_OK
+    changed = write_rendered(matrix)
+    for path in changed:
+        print(f"wrote {relative(path, matrix)}")
+    print(f"{len(changed)} file(s) changed")
+    return EXIT_OK
+
+
+def cmd_lock(args: argparse.Namespace, matrix: Matrix) -> int:
+    cells = list(matrix.cells) if args.all else [matrix.cell(args.cell)]
+    if args.out and len(cells) > 1:
+        raise NeuronTorchError("--out names one file: use it with --cell, not --all")
+    index_urls = dict(_parse_index(value) for value in args.index)
+    for cell in cells:
+        if not cell.os.wheels_available:
+            print(f"warning: {cell.id}: {cell.os.wheels_note}", file=sys.stderr)
+        path = lock_cell(
+            matrix,
+            cell,
+            index_urls=index_urls,
+            ca_bundle=args.ca_bundle,
+            find_links=args.find_links,
+            out=args.out,
+        )
+        print(f"locked {cell.id} -> {relative(path, matrix)}")
+    return EXIT_OK
+
+
+def cmd_check(args: argparse.Namespace, matrix: Matrix) -> int:
+    found = problems(matrix)
+    for problem in found:
+        print(f"problem: {problem}", file=sys.stderr)
+    if found:
+        print(f"{len(found)} problem(s) found", file=sys.stderr)
+        return EXIT_FAILED
+    locks = sum(1 for cell in matrix.cells if cell.lock_path.is_file())
+    print(f"{matrix.path.name}: {len(matrix.cells)} cells, generated files up to date, {locks} lock(s) sound")
+    return EXIT_OK
+
+
+def cmd_manifest(args: argparse.Namespace, matrix: Matrix) -> int:
+    data = read_manifest(args.file)
+    release, packages = release_packages(data, args.file, args.release)
+    findings = compare(matrix, packages, release)
+    if args.json:
+        print(json.dumps([f.__dict__ for f in findings], indent=2))
+    else:
+        print(format_findings(findings, matrix, release))
+    differing = any(f.status != "same" for f in findings)
+    return EXIT_FAILED if args.strict and differing else EXIT_OK
+
+
+def _parse_index(value: str) -> tuple[str, str]:
+    name, sep, url = value.partition("=")
+    if not sep or not name or not url:
+        raise NeuronTorchError(f"--index takes NAME=URL (e.g. neuron=https://mirror/neuron/simple), not {value!r}")
+    return name, url
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="neuron-torch", description=__doc__)
+    parser.add_argument("--version", action="version", version=f"neuron-torch {__version__}")
+    parser.add_argument("--matrix", type=Path, help="release matrix (default: constraints/matrix.toml)")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    p = sub.add_parser("matrix", help="list the cells of the release")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(handler=cmd_matrix)
+
+    p = sub.add_parser("cell", help="one cell's pins, install route and caveats")
+    p.add_argument("id", help="cell id, e.g. 2.14-py3.12-ubuntu24.04")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(handler=cmd_cell)
+
+    p = sub.add_parser("instance", help="what the release knows about an instance type")
+    p.add_argument("type", help="e.g. trn2.48xlarge")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(handler=cmd_instance)
+
+    p = sub.add_parser("render", help="write every generated file (or --check that none is stale)")
+    p.add_argument("--check", action="store_true", help="exit 1 and name each stale file")
+    p.set_defaults(handler=cmd_render)
+
+    p = sub.add_parser("lock", help="write hash locks, each package routed to its index")
+    which = p.add_mutually_exclusive_group(required=True)
+    which.add_argument("--cell", help="cell id")
+    which.add_argument("--all", action="store_true", help="every cell")
+    p.add_argument("--index", action="append", default=[], metavar="NAME=URL", help="override an index (mirror)")
+    p.add_argument("--ca-bundle", type=Path, help="extra CA bundle (PEM) for TLS-intercepting proxies")
+    p.add_argument("--find-links", type=Path, help="lock offline from a folder of wheels")
+    p.add_argument("--out", type=Path, help="write the lock here instead of the cell's lock path")
+    p.set_defaults(handler=cmd_lock)
+
+    p = sub.add_parser("check", help="validate the matrix, generated files and locks")
+    p.set_defaults(handler=cmd_check)
+
+    p = sub.add_parser("manifest", help="compare the pins with AWS's release manifest (n2-manifest.json)")
+    p.add_argument("file", type=Path)
+    p.add_argument("--release", help="Neuron release in the manifest (default: the manifest's own version)")
+    p.add_argument("--json", action="store_true")
+    p.add_argument("--strict", action="store_true", help="exit 1 when any pin differs")
+    p.set_defaults(handler=cmd_manifest)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        matrix = load_matrix(args.matrix)
+        handler: Handler = args.handler
+        return handler(args, matrix)
+    except NeuronTorchError as error:
+        print(f"neuron-torch: error: {error}", file=sys.stderr)
+        return error.exit_code
+
+
+if __name__ == "__main__":
+    sys.exit(main())

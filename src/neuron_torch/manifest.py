@@ -1,0 +1,132 @@
+"""`neuron-torch manifest`: compare the matrix's pins with AWS's machine-readable release manifest.
+
+The manifest (`n2-manifest.json`) lists, per Neuron release, every package with its version, supported instances
+and Python versions. This module reads that format and reports where the matrix differs from a release in it.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from neuron_torch.errors import NeuronTorchError
+from neuron_torch.matrix import Matrix, canonical_name
+
+
+@dataclass(frozen=True)
+class ManifestPackage:
+    name: str
+    version: str
+    instances: tuple[str, ...]
+    pythons: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class Finding:
+    status: str  # "same", "differs", "missing"
+    subject: str
+    detail: str
+
+
+def read_manifest(path: Path) -> dict[str, Any]:
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise NeuronTorchError(f"{path}: no such manifest file") from None
+    except json.JSONDecodeError as error:
+        raise NeuronTorchError(f"{path}: not JSON ({error})") from None
+    if not isinstance(data, dict) or not isinstance(data.get("neuron_releases"), list):
+        raise NeuronTorchError(f"{path}: not a Neuron release manifest (no 'neuron_releases' list)")
+    return data
+
+
+def release_packages(data: dict[str, Any], path: Path, release: str | None) -> tuple[str, list[ManifestPackage]]:
+    wanted = release or str(data.get("manifest_version", ""))
+    versions = [str(r.get("neuron_version")) for r in data["neuron_releases"]]
+    for entry in data["neuron_releases"]:
+        if str(entry.get("neuron_version")) == wanted:
+            packages = [
+                ManifestPackage(
+                    name=str(p["name"]),
+                    version=str(p["version"]),
+                    instances=tuple(p.get("supported_instances", [])),
+                    pythons=tuple(p.get("supported_python_versions", [])),
+                )
+                for p in entry.get("packages", [])
+            ]
+            return wanted, packages
+    raise NeuronTorchError(f"{path}: release {wanted!r} is not in the manifest; it holds {', '.join(versions)}")
+
+
+def compare(matrix: Matrix, packages: list[ManifestPackage], release: str) -> list[Finding]:
+    by_name: dict[str, list[ManifestPackage]] = {}
+    for package in packages:
+        by_name.setdefault(canonical_name(package.name), []).append(package)
+    findings: list[Finding] = []
+
+    for family in matrix.families.values():
+        subject = f"torch-neuronx {family.torch_neuronx} (family {family.name})"
+        held = by_name.get("torch-neuronx", [])
+        matching = [p for p in held if fnmatch.fnmatch(p.version, family.torch_neuronx)]
+        if matching:
+            findings.append(Finding("same", subject, f"{release} holds {matching[0].version}"))
+            continue
+        instead = [
+            f"{p.name} {p.version}"
+            for p in packages
+            if canonical_name(p.name) in ("torch-neuronx", "libtorch-neuronx-lite", "torch-xla")
+        ]
+        findings.append(
+            Finding(
+                "missing",
+                subject,
+                f"{release} holds no native torch-neuronx {family.name}; instead it holds: "
+                + (", ".join(instead) or "no torch-neuronx package at all"),
+            )
+        )
+
+    pip_pins = dict(matrix.packages)
+    apt_pins = {p.name: p.version for p in matrix.apt.packages}
+    for name, version in {**pip_pins, **apt_pins}.items():
+        held = by_name.get(canonical_name(name), [])
+        if not held:
+            findings.append(Finding("missing", f"{name} {version}", f"{release} does not list {name}"))
+        elif any(p.version == version for p in held):
+            findings.append(Finding("same", f"{name} {version}", f"{release} pins the same version"))
+        else:
+            findings.append(
+                Finding("differs", f"{name} {version}", f"{release} pins {', '.join(p.version for p in held)}")
+            )
+
+    compiler = by_name.get("neuronx-cc", [])
+    if compiler:
+        theirs = set(compiler[0].pythons)
+        ours = set(matrix.pythons)
+        if theirs and ours != theirs:
+            findings.append(
+                Finding(
+                    "differs",
+                    "Python versions",
+                    f"the matrix has {', '.join(sorted(ours))}; {release}'s neuronx-cc supports "
+                    f"{', '.join(sorted(theirs))}",
+                )
+            )
+        missing_instances = sorted(set(matrix.instance_families) - set(compiler[0].instances))
+        if missing_instances:
+            findings.append(
+                Finding("differs", "instances", f"{release}'s neuronx-cc does not list {', '.join(missing_instances)}")
+            )
+    return findings
+
+
+def format_findings(findings: list[Finding], matrix: Matrix, release: str) -> str:
+    lines = [f"{matrix.release.name} ({matrix.path.name}) compared with manifest release {release}:"]
+    width = max(len(f.subject) for f in findings) if findings else 0
+    for finding in findings:
+        lines.append(f"  {finding.status:<8} {finding.subject:<{width}}  {finding.detail}")
+    differing = sum(1 for f in findings if f.status != "same")
+    lines.append(f"{differing} of {len(findings)} pins differ from or are missing in {release}.")
+    return "\n".join(lines)

@@ -1,0 +1,133 @@
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from neuron_torch.cli import main
+
+CELL_FIELDS = {
+    "id", "family", "python", "ubuntu", "codename", "torch", "torch_neuronx", "neuronx_cc", "nki",
+    "wheels_available", "constraints", "lock",
+}  # fmt: skip
+
+
+def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
+    code = main(list(argv))
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def test_matrix_json_lists_exactly_the_twelve_cells(capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, _ = run(capsys, "matrix", "--json")
+    cells = json.loads(out)
+    assert code == 0
+    assert len(cells) == 12
+    for cell in cells:
+        assert set(cell) >= CELL_FIELDS
+        assert cell["id"] == f"{cell['family']}-py{cell['python']}-ubuntu{cell['ubuntu']}"
+        assert cell["constraints"] == f"constraints/generated/{cell['id']}.txt"
+    by_id = {c["id"]: c for c in cells}
+    assert by_id["2.13-py3.13-ubuntu26.04"]["codename"] == "resolute"
+    assert by_id["2.13-py3.13-ubuntu26.04"]["wheels_available"] is True
+    assert by_id["2.14-py3.12-ubuntu24.04"]["wheels_available"] is False
+
+
+def test_matrix_table(capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, _ = run(capsys, "matrix")
+    assert code == 0
+    assert sum(1 for line in out.splitlines() if line.startswith(("2.13-", "2.14-"))) == 12
+    assert "12 cells of neuron-2.33.0" in out
+
+
+def test_cell_prints_pins_route_and_the_wheel_gap(capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, _ = run(capsys, "cell", "2.14-py3.13-ubuntu24.04")
+    assert code == 0
+    assert "torch-neuronx==2.14.3.0.*" in out
+    assert "aws-neuronx-dkms=2.31.7.0*  (host)" in out
+    assert "uv python install 3.13" in out
+    assert "Ubuntu 26.04 only" in out
+
+
+@pytest.mark.parametrize(
+    ("argv", "expected"),
+    [
+        (["cell", "2.14-py3.11-ubuntu26.04"], "supported: 3.12, 3.13, 3.14"),
+        (["cell", "2.12-py3.12-ubuntu26.04"], "2.13 (torch 2.13.0"),
+        (["cell", "2.14-py3.12-ubuntu22.04"], "Supported: ubuntu24.04, ubuntu26.04"),
+        (["instance", "trn1.2xlarge"], "Trn1 is not listed"),
+        (["instance", "p5.48xlarge"], "supported families: trn2, trn3"),
+        (["lock", "--cell", "2.14-py3.12-ubuntu26.04", "--index", "nope"], "--index takes NAME=URL"),
+        (["lock", "--cell", "2.14-py3.12-ubuntu26.04", "--index", "quay=http://x"], "unknown index name(s) quay"),
+    ],
+)
+def test_bad_input_exits_2_naming_the_supported_values(
+    capsys: pytest.CaptureFixture[str], argv: list[str], expected: str
+) -> None:
+    code, out, err = run(capsys, *argv)
+    assert code == 2
+    assert expected.lower() in err.lower()
+    assert out == ""
+
+
+def test_missing_matrix_file_exits_2(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    code, _, err = run(capsys, "--matrix", str(tmp_path / "none.toml"), "matrix")
+    assert code == 2
+    assert "no such matrix file" in err
+
+
+def test_render_check_names_the_stale_file(capsys: pytest.CaptureFixture[str], release_copy: Path) -> None:
+    matrix = str(release_copy / "constraints" / "matrix.toml")
+    assert run(capsys, "--matrix", matrix, "render", "--check")[0] == 0
+    edited = release_copy / "constraints" / "generated" / "2.14-py3.12-ubuntu26.04.txt"
+    edited.write_text(edited.read_text().replace("nki==0.7.0", "nki==0.6.0"))
+    orphan = release_copy / "constraints" / "generated" / "2.12-py3.12-ubuntu26.04.txt"
+    orphan.write_text("torch==2.12.0\n")
+    code, _, err = run(capsys, "--matrix", matrix, "render", "--check")
+    assert code == 1
+    assert "constraints/generated/2.14-py3.12-ubuntu26.04.txt" in err
+    assert "constraints/generated/2.12-py3.12-ubuntu26.04.txt" in err
+    assert "2 generated file(s) are stale" in err
+    assert run(capsys, "--matrix", matrix, "check")[0] == 1
+    assert run(capsys, "--matrix", matrix, "render")[0] == 0
+    assert not orphan.exists()
+    assert run(capsys, "--matrix", matrix, "render", "--check")[0] == 0
+
+
+def test_render_follows_the_matrix(capsys: pytest.CaptureFixture[str], release_copy: Path) -> None:
+    matrix_file = release_copy / "constraints" / "matrix.toml"
+    matrix_file.write_text(matrix_file.read_text().replace('nki = "0.7.0"', 'nki = "0.7.1"'))
+    code, _, err = run(capsys, "--matrix", str(matrix_file), "render", "--check")
+    assert code == 1
+    assert err.count("stale:") == 12 + 12 + 1 + 1  # constraint files, cell records, matrix.json, README
+    run(capsys, "--matrix", str(matrix_file), "render")
+    assert "nki==0.7.1" in (release_copy / "constraints/generated/2.13-py3.12-ubuntu24.04.txt").read_text()
+    assert "| 0.7.1 |" in (release_copy / "README.md").read_text()
+
+
+def test_generated_files_carry_the_header(repo: Path) -> None:
+    for path in (repo / "constraints" / "generated").iterdir():
+        assert "Generated by `neuron-torch render`" in path.read_text().splitlines()[0 if path.suffix == ".txt" else 1]
+
+
+def test_manifest_reports_no_native_torch_neuronx_in_2_32(capsys: pytest.CaptureFixture[str], repo: Path) -> None:
+    manifest = repo.parent / "shared" / "reference" / "n2-manifest-2.32.0.json"
+    if not manifest.is_file():
+        pytest.skip(f"AWS's reference manifest is not at {manifest} (it lives in the project's shared/ folder)")
+    code, out, _ = run(capsys, "manifest", str(manifest), "--release", "2.32.0")
+    assert code == 0
+    assert "2.32.0 holds no native torch-neuronx 2.13" in out
+    assert "2.32.0 holds no native torch-neuronx 2.14" in out
+    assert "libtorch_neuronx_lite 2.12.0.1.0.1284" in out
+    assert "neuronx-cc 2.28.7631.0" in out and "2.32.0 pins 2.27.5334.0" in out
+
+
+def test_entry_point_is_installed() -> None:
+    result = subprocess.run(
+        [str(Path(sys.executable).parent / "neuron-torch"), "--version"], capture_output=True, text=True, check=False
+    )
+    assert result.returncode == 0
+    assert result.stdout.startswith("neuron-torch ")

@@ -1,0 +1,160 @@
+"""Locks against local fixture indexes: routing, traps, seals, and nothing half-written."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from neuron_torch.check import problems
+from neuron_torch.cli import main
+from neuron_torch.lockfile import lock_problems, read_lock
+from neuron_torch.matrix import Matrix, load_matrix
+from tests.testbed.fixture_indexes import FIXTURE_BUILD, build_release_indexes
+
+
+@pytest.fixture(scope="module")
+def indexes(tmp_path_factory: pytest.TempPathFactory, matrix: Matrix) -> dict[str, str]:
+    return build_release_indexes(matrix, tmp_path_factory.mktemp("indexes"))
+
+
+def index_args(indexes: dict[str, str]) -> list[str]:
+    return [arg for name, url in indexes.items() for arg in ("--index", f"{name}={url}")]
+
+
+def lock(capsys: pytest.CaptureFixture[str], matrix_path: Path, cell: str, indexes: dict[str, str]) -> int:
+    code = main(["--matrix", str(matrix_path), "lock", "--cell", cell, *index_args(indexes)])
+    capsys.readouterr()
+    return code
+
+
+def test_lock_routes_each_package_to_its_index(
+    capsys: pytest.CaptureFixture[str], release_copy: Path, indexes: dict[str, str]
+) -> None:
+    matrix_path = release_copy / "constraints" / "matrix.toml"
+    assert lock(capsys, matrix_path, "2.14-py3.13-ubuntu26.04", indexes) == 0
+    lock_file = release_copy / "constraints" / "locks" / "2.14-py3.13-ubuntu26.04.txt"
+    parsed = read_lock(lock_file)
+    versions = {p.name: p.version for p in parsed.packages}
+    sources = {p.name: p.index_url for p in parsed.packages}
+    assert versions["torch-neuronx"] == f"2.14.3.0.{FIXTURE_BUILD}"
+    assert versions["torch"] == "2.14.0+cpu"
+    assert sources["torch-neuronx"] == sources["nki"] == sources["neuronx-cc"] == indexes["neuron"]
+    assert sources["torch"] == indexes["pytorch-cpu"]
+    assert sources["numpy"] == sources["filelock"] == indexes["pypi"]
+    assert not any(name.startswith("nvidia") for name in versions)
+    assert all(p.hashes for p in parsed.packages)
+    assert "--hash=sha256:" in lock_file.read_text()
+    assert problems(load_matrix(matrix_path)) == []
+
+
+def test_every_cell_locks_for_its_own_python(
+    capsys: pytest.CaptureFixture[str], release_copy: Path, indexes: dict[str, str]
+) -> None:
+    matrix_path = release_copy / "constraints" / "matrix.toml"
+    assert main(["--matrix", str(matrix_path), "lock", "--all", *index_args(indexes)]) == 0
+    out = capsys.readouterr()
+    assert out.out.count("locked ") == 12
+    assert "Ubuntu 26.04 only" in out.err  # the 24.04 cells say where their wheels come from
+    assert problems(load_matrix(matrix_path)) == []
+
+
+def test_edited_hash_makes_check_name_the_package(
+    capsys: pytest.CaptureFixture[str], release_copy: Path, indexes: dict[str, str]
+) -> None:
+    matrix_path = release_copy / "constraints" / "matrix.toml"
+    assert lock(capsys, matrix_path, "2.13-py3.12-ubuntu26.04", indexes) == 0
+    lock_file = release_copy / "constraints" / "locks" / "2.13-py3.12-ubuntu26.04.txt"
+    text = lock_file.read_text()
+    nki_hash = read_lock(lock_file).package("nki").hashes[0]  # type: ignore[union-attr]
+    lock_file.write_text(text.replace(nki_hash, nki_hash[::-1]))
+    assert main(["--matrix", str(matrix_path), "check"]) == 1
+    err = capsys.readouterr().err
+    assert "nki 0.7.0: its hashes do not match the lock's seal" in err
+    assert "torch " not in err.split("nki 0.7.0")[0].split("problem:")[-1]
+
+
+def test_hand_added_package_and_missing_hash_are_named(
+    capsys: pytest.CaptureFixture[str], release_copy: Path, indexes: dict[str, str]
+) -> None:
+    matrix_path = release_copy / "constraints" / "matrix.toml"
+    assert lock(capsys, matrix_path, "2.13-py3.12-ubuntu26.04", indexes) == 0
+    lock_file = release_copy / "constraints" / "locks" / "2.13-py3.12-ubuntu26.04.txt"
+    lock_file.write_text(lock_file.read_text() + "nvidia-cublas-cu12==12.4.5.8\n    # from " + indexes["pypi"] + "\n")
+    found = problems(load_matrix(matrix_path))
+    text = "\n".join(found)
+    assert "nvidia-cublas-cu12 12.4.5.8: no --hash" in text
+    assert "nvidia-cublas-cu12 12.4.5.8: forbidden: CUDA libraries" in text
+    assert "nvidia-cublas-cu12 12.4.5.8: not in the lock's seal" in text
+
+
+def test_lock_problems_catch_placeholder_cuda_torch_and_wrong_index(matrix: Matrix, tmp_path: Path) -> None:
+    cell = matrix.cell("2.14-py3.12-ubuntu26.04")
+    lock_file = tmp_path / "lock.txt"
+    digest = "a" * 64
+    lock_file.write_text(
+        "\n".join(
+            [
+                f"# cell: {cell.id}",
+                "# index neuron: https://neuron.example/simple",
+                "# index pytorch-cpu: https://cpu.example/simple",
+                "# index pypi: https://pypi.example/simple",
+                f"torch-neuronx==1.0 --hash=sha256:{digest}",
+                "    # from https://pypi.example/simple",
+                f"torch==2.14.0 --hash=sha256:{digest}",
+                "    # from https://pypi.example/simple",
+                "neuronx-cc>=2.28 \\",
+                f"    --hash=sha256:{digest}",
+                "    # from https://neuron.example/simple",
+            ]
+        )
+        + "\n"
+    )
+    found = "\n".join(lock_problems(read_lock(lock_file), matrix, cell))
+    assert "torch-neuronx 1.0: forbidden: the PyPI placeholder" in found
+    assert "torch-neuronx 1.0: came from pypi, but the release routes it to the 'neuron' index" in found
+    assert "torch 2.14.0: came from pypi, but the release routes it to the 'pytorch-cpu' index" in found
+    assert "torch 2.14.0 is not the CPU build (+cpu)" in found
+    assert "neuronx-cc 2.28: pinned with '>='" in found
+    assert "nki is missing" in found
+
+
+def test_index_without_the_family_fails_and_writes_nothing(
+    capsys: pytest.CaptureFixture[str], release_copy: Path, indexes: dict[str, str]
+) -> None:
+    matrix_path = release_copy / "constraints" / "matrix.toml"
+    wrong = {**indexes, "neuron": indexes["pypi"]}  # a "Neuron index" that only holds the PyPI placeholder
+    code = main(["--matrix", str(matrix_path), "lock", "--cell", "2.14-py3.12-ubuntu26.04", *index_args(wrong)])
+    err = capsys.readouterr().err
+    assert code == 1
+    assert "could not lock 2.14-py3.12-ubuntu26.04" in err
+    assert "was not found in the package registry" in err
+    assert not (release_copy / "constraints" / "locks").exists()
+
+
+def test_offline_lock_from_find_links(
+    capsys: pytest.CaptureFixture[str], release_copy: Path, indexes: dict[str, str], tmp_path: Path
+) -> None:
+    wheels = Path(indexes["neuron"].removeprefix("file://")).parent.parent / "wheels"
+    folder = tmp_path / "offline"
+    folder.mkdir()
+    for source in ("neuron", "cpu"):
+        for wheel in (wheels / source).iterdir():
+            (folder / wheel.name).write_bytes(wheel.read_bytes())
+    for wheel in (wheels / "pypi").iterdir():
+        if wheel.name.startswith(("filelock", "typing_extensions", "numpy")):
+            (folder / wheel.name).write_bytes(wheel.read_bytes())
+    matrix_path = release_copy / "constraints" / "matrix.toml"
+    code = main(
+        ["--matrix", str(matrix_path), "lock", "--cell", "2.14-py3.14-ubuntu26.04", "--find-links", str(folder)]
+    )
+    assert code == 0, capsys.readouterr().err
+    parsed = read_lock(release_copy / "constraints" / "locks" / "2.14-py3.14-ubuntu26.04.txt")
+    assert parsed.offline
+    assert parsed.package("torch").version == "2.14.0+cpu"  # type: ignore[union-attr]
+
+
+def test_missing_ca_bundle_is_a_usage_error(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    code = main(["lock", "--cell", "2.14-py3.12-ubuntu26.04", "--ca-bundle", str(tmp_path / "none.pem")])
+    assert code == 2
+    assert "CA bundle" in capsys.readouterr().err
