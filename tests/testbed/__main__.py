@@ -94,7 +94,7 @@ def build_locks(matrix: Matrix, stamps: Stamps) -> None:
         fresh = stamps.fresh(f"lock-{cell.id}", stage_key, cell.lock_path)
 
         def build(c: Cell = cell, k: str = stage_key) -> None:
-            locks.compile_lock(matrix, c, WORK / "locks")
+            locks.compile_lock(matrix, c)
             stamps.mark(f"lock-{c.id}", k)
 
         _timed(f"lock {cell.id}", fresh, build)
