@@ -190,7 +190,34 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true")
     p.add_argument("--strict", action="store_true", help="exit 1 when any pin differs")
     p.set_defaults(handler=cmd_manifest)
+    add_bundle_command(sub)
     return parser
+
+
+# --- bundle (issue 4: mirrors and offline bundles) -------------------------------------------------------------------
+def add_bundle_command(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """`neuron-torch bundle --cell ID --out DIR [--mirror FILE] [--host]`: an offline bundle of one cell."""
+    from neuron_torch.bundle import make_bundle
+    from neuron_torch.mirror import ENV_VAR, apply_mirror, load_mirror, mirror_from_env
+
+    def cmd_bundle(args: argparse.Namespace, matrix: Matrix) -> int:
+        mirror = load_mirror(args.mirror) if args.mirror else mirror_from_env()
+        if mirror:
+            print(mirror.describe(), file=sys.stderr)
+        mirrored = apply_mirror(matrix, mirror)
+        cell = mirrored.cell(args.cell)
+        scopes = ("image", "host") if args.host else ("image",)
+        manifest = make_bundle(mirrored, cell, args.out, mirror=mirror, lock_path=args.lock, scopes=scopes)
+        print(f"bundled {cell.id} -> {manifest.parent} (install: {manifest.parent}/install.sh)")
+        return EXIT_OK
+
+    p = sub.add_parser("bundle", help="an offline bundle of one cell: wheels, apt packages, checksums, manifest")
+    p.add_argument("--cell", required=True, help="cell id")
+    p.add_argument("--out", type=Path, required=True, help="a new folder for the bundle")
+    p.add_argument("--mirror", type=Path, help=f"mirror settings file (default: ${ENV_VAR})")
+    p.add_argument("--lock", type=Path, help="the lock to bundle (default: the cell's lock path)")
+    p.add_argument("--host", action="store_true", help="include host-scope apt packages (the DKMS driver)")
+    p.set_defaults(handler=cmd_bundle)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
