@@ -66,7 +66,8 @@ def test_bundle_installs_with_the_network_off() -> None:
     out = bundle()
     script = (
         "/bundle/install.sh && /opt/aws/neuron/bin/neuron-ls --json-output && "
-        "/opt/neuron-venv/bin/python -c 'import torch, torch_neuronx; print(torch.__version__, torch_neuronx.__version__)'"
+        "/opt/neuron-venv/bin/python -c "
+        "'import torch, torch_neuronx; print(torch.__version__, torch_neuronx.__version__)'"
     )
     result = docker("run", "--rm", "--network", "none", "-v", f"{out}:/bundle:ro", BASE, "sh", "-c", script)
     lines = result.stdout.strip().splitlines()
