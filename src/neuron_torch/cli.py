@@ -15,6 +15,8 @@ from neuron_torch.errors import EXIT_FAILED, EXIT_OK, NeuronTorchError
 from neuron_torch.lock import lock_cell
 from neuron_torch.manifest import compare, format_findings, read_manifest, release_packages
 from neuron_torch.matrix import Matrix, load_matrix
+from neuron_torch.mirror import ENV_VAR as MIRROR_ENV_VAR
+from neuron_torch.mirror import apply_mirror, load_mirror, mirror_from_env
 from neuron_torch.render import stale_files, write_rendered
 
 Handler = Callable[[argparse.Namespace, Matrix], int]
@@ -108,7 +110,7 @@ def cmd_lock(args: argparse.Namespace, matrix: Matrix) -> int:
             matrix,
             cell,
             index_urls=index_urls,
-            ca_bundle=args.ca_bundle,
+            ca_bundle=args.ca_bundle or (args.mirror_settings.ca_bundle if args.mirror_settings else None),
             find_links=args.find_links,
             out=args.out,
         )
@@ -160,6 +162,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("cell", help="one cell's pins, install route and caveats")
     p.add_argument("id", help="cell id, e.g. 2.14-py3.12-ubuntu24.04")
     p.add_argument("--json", action="store_true")
+    add_mirror_option(p)
     p.set_defaults(handler=cmd_cell)
 
     p = sub.add_parser("instance", help="what the release knows about an instance type")
@@ -179,6 +182,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--ca-bundle", type=Path, help="extra CA bundle (PEM) for TLS-intercepting proxies")
     p.add_argument("--find-links", type=Path, help="lock offline from a folder of wheels")
     p.add_argument("--out", type=Path, help="write the lock here instead of the cell's lock path")
+    add_mirror_option(p)
     p.set_defaults(handler=cmd_lock)
 
     p = sub.add_parser("check", help="validate the matrix, generated files and locks")
@@ -198,32 +202,37 @@ def build_parser() -> argparse.ArgumentParser:
 def add_bundle_command(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """`neuron-torch bundle --cell ID --out DIR [--mirror FILE] [--host]`: an offline bundle of one cell."""
     from neuron_torch.bundle import make_bundle
-    from neuron_torch.mirror import ENV_VAR, apply_mirror, load_mirror, mirror_from_env
 
     def cmd_bundle(args: argparse.Namespace, matrix: Matrix) -> int:
-        mirror = load_mirror(args.mirror) if args.mirror else mirror_from_env()
-        if mirror:
-            print(mirror.describe(), file=sys.stderr)
-        mirrored = apply_mirror(matrix, mirror)
-        cell = mirrored.cell(args.cell)
+        cell = matrix.cell(args.cell)
         scopes = ("image", "host") if args.host else ("image",)
-        manifest = make_bundle(mirrored, cell, args.out, mirror=mirror, lock_path=args.lock, scopes=scopes)
+        manifest = make_bundle(matrix, cell, args.out, mirror=args.mirror_settings, lock_path=args.lock, scopes=scopes)
         print(f"bundled {cell.id} -> {manifest.parent} (install: {manifest.parent}/install.sh)")
         return EXIT_OK
 
     p = sub.add_parser("bundle", help="an offline bundle of one cell: wheels, apt packages, checksums, manifest")
     p.add_argument("--cell", required=True, help="cell id")
     p.add_argument("--out", type=Path, required=True, help="a new folder for the bundle")
-    p.add_argument("--mirror", type=Path, help=f"mirror settings file (default: ${ENV_VAR})")
+    add_mirror_option(p)
     p.add_argument("--lock", type=Path, help="the lock to bundle (default: the cell's lock path)")
     p.add_argument("--host", action="store_true", help="include host-scope apt packages (the DKMS driver)")
     p.set_defaults(handler=cmd_bundle)
+
+
+def add_mirror_option(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--mirror", type=Path, help=f"mirror settings file (default: ${MIRROR_ENV_VAR})")
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
         matrix = load_matrix(args.matrix)
+        if hasattr(args, "mirror"):
+            # Commands that fetch or print URLs see the mirrored release; render and check keep the release's own.
+            args.mirror_settings = load_mirror(args.mirror) if args.mirror else mirror_from_env()
+            if args.mirror_settings:
+                print(args.mirror_settings.describe(), file=sys.stderr)
+                matrix = apply_mirror(matrix, args.mirror_settings)
         handler: Handler = args.handler
         return handler(args, matrix)
     except NeuronTorchError as error:
