@@ -131,3 +131,23 @@ def test_entry_point_is_installed() -> None:
     )
     assert result.returncode == 0
     assert result.stdout.startswith("neuron-torch ")
+
+
+def test_mirror_settings_reach_the_install_route_with_credentials_redacted(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    mirror = tmp_path / "mirror.toml"
+    mirror.write_text(
+        '[apt]\nurl = "https://mirror.example/neuron-apt"\n'
+        '[indexes]\nneuron = "https://mirror.example/neuron/simple/"\n'
+        '[proxy]\nhttps = "http://alice:s3cret@proxy.example:3128"\n'
+    )
+    monkeypatch.setenv("NEURON_TORCH_MIRROR", str(mirror))
+    code, out, err = run(capsys, "cell", "2.14-py3.14-ubuntu26.04")
+    assert code == 0
+    assert "deb [signed-by=/etc/apt/keyrings/neuron.gpg] https://mirror.example/neuron-apt resolute main" in out
+    assert "--extra-index-url https://mirror.example/neuron/simple/" in out
+    assert "alice:***@proxy.example" in err
+    assert "s3cret" not in out + err
+    # render and check always describe the release itself, never a user's mirror
+    assert run(capsys, "render", "--check")[0] == 0
