@@ -84,8 +84,16 @@ CUDA = Backend(
     compile_backend="inductor",
     process_group="nccl",
     dev_glob="/dev/nvidia[0-9]*",
-    devices_per_instance={"p4d.24xlarge": 8, "p4de.24xlarge": 8, "p5.48xlarge": 8, "p5e.48xlarge": 8,
-                          "p5en.48xlarge": 8, "g5.xlarge": 1, "g6.xlarge": 1, "g6e.xlarge": 1},
+    devices_per_instance={
+        "p4d.24xlarge": 8,
+        "p4de.24xlarge": 8,
+        "p5.48xlarge": 8,
+        "p5e.48xlarge": 8,
+        "p5en.48xlarge": 8,
+        "g5.xlarge": 1,
+        "g6.xlarge": 1,
+        "g6e.xlarge": 1,
+    },
     # NVIDIA datasheets, dense (no sparsity) tensor-core bf16 and non-tensor fp32; H100 entry is the SXM part.
     peak_tflops={
         "H200": {"bfloat16": 989.0, "float32": 67.0},

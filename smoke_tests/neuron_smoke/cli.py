@@ -34,13 +34,19 @@ def _positive(kind: type) -> object:
 
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
-        prog="verify-device", description="Prove a TorchNeuron (or CUDA/CPU) environment works, stage by stage.",
-        epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter,
+        prog="verify-device",
+        description="Prove a TorchNeuron (or CUDA/CPU) environment works, stage by stage.",
+        epilog=EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    p.add_argument("--device", choices=("neuron", "cuda", "cpu", "auto"),
-                   default=os.environ.get("NEURON_SMOKE_DEVICE", "neuron"), help="default: neuron")
+    p.add_argument(
+        "--device",
+        choices=("neuron", "cuda", "cpu", "auto"),
+        default=os.environ.get("NEURON_SMOKE_DEVICE", "neuron"),
+        help="default: neuron",
+    )
     p.add_argument("--cell", help="cell ID, resolved with `neuron-torch cell ID --json`")
-    p.add_argument("--cell-file", help="cell JSON file (else $NEURON_TORCH_CELL_FILE, --cell, /etc/neuron-torch/cell.json)")
+    p.add_argument("--cell-file", help="cell JSON file (pins); see the README for the order of sources")
     p.add_argument("--instance-type", help="instance type for the expected device count (default: from IMDS)")
     p.add_argument("--expected-devices", type=_positive(int), help="expected device count (overrides the table)")
     p.add_argument("--allow-fallback", type=_csv, default=[], metavar="OP1,OP2", help="ops allowed to run on the CPU")
@@ -71,12 +77,23 @@ def parse_options(argv: Sequence[str] | None) -> tuple[Options, argparse.Namespa
 
     cell, source = load_cell(args.cell_file, args.cell)
     options = Options(
-        device=args.device, cell=cell, cell_source=source, instance_type=args.instance_type,
-        expected_devices=args.expected_devices, allow_fallback=frozenset(args.allow_fallback), model=args.model,
-        timeout_s=args.timeout, stages=tuple(s for s in STAGE_NAMES if s in args.stages),
-        iterations=args.iterations, warmup=args.warmup, throughput_size=args.throughput_size,
-        peak_tflops=args.peak_tflops, compile_backend=args.compile_backend,
-        matmul_tolerance_scale=args.matmul_tolerance_scale, model_rtol=args.model_rtol, nproc=args.nproc,
+        device=args.device,
+        cell=cell,
+        cell_source=source,
+        instance_type=args.instance_type,
+        expected_devices=args.expected_devices,
+        allow_fallback=frozenset(args.allow_fallback),
+        model=args.model,
+        timeout_s=args.timeout,
+        stages=tuple(s for s in STAGE_NAMES if s in args.stages),
+        iterations=args.iterations,
+        warmup=args.warmup,
+        throughput_size=args.throughput_size,
+        peak_tflops=args.peak_tflops,
+        compile_backend=args.compile_backend,
+        matmul_tolerance_scale=args.matmul_tolerance_scale,
+        model_rtol=args.model_rtol,
+        nproc=args.nproc,
     )
     return options, args
 
@@ -90,11 +107,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     except UsageError as exc:
         print(f"verify-device: error: {exc}", file=sys.stderr)
         return EXIT_USAGE
+    import torch
+
     from neuron_smoke import output
     from neuron_smoke.backends import resolve
     from neuron_smoke.suite import run_suite
-
-    import torch
 
     output.print_header(options.device, resolve(options.device).name, torch.__version__)
     report = run_suite(options, spec, output.print_stage)

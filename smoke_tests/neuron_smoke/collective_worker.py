@@ -28,7 +28,10 @@ def main() -> None:
     if backend.device_type != "cpu":
         torch.accelerator.set_device_index(local)
     dist.init_process_group(
-        backend=args.process_group, init_method="env://", rank=rank, world_size=world,
+        backend=args.process_group,
+        init_method="env://",
+        rank=rank,
+        world_size=world,
         timeout=timedelta(seconds=args.timeout),
     )
     try:

@@ -57,7 +57,10 @@ def write_junit(report: Report, path: Path) -> None:
     )
     for stage in report.stages:
         case = ET.SubElement(
-            suite, "testcase", classname=f"neuron_smoke.{report.device['backend']}", name=stage.name,
+            suite,
+            "testcase",
+            classname=f"neuron_smoke.{report.device['backend']}",
+            name=stage.name,
             time=f"{stage.duration_s:.3f}",
         )
         if stage.status == FAIL:

@@ -38,7 +38,7 @@ def run_stage(stage: Stage, ctx: Context) -> StageResult:
     def target() -> None:
         try:
             stage.run(ctx, log)
-        except BaseException as exc:  # noqa: BLE001  (everything a stage raises becomes its result)
+        except BaseException as exc:
             outcome["error"] = exc
             outcome["trace"] = RuntimeError(traceback.format_exc())
 

@@ -33,16 +33,27 @@ def run(ctx: Context, log: StageLog) -> None:
     # Leave the workers a margin inside the stage deadline so their own timeout reports first.
     budget = max(5.0, ctx.options.timeout_s - 5.0)
     cmd = [
-        sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={nproc}",
-        "-m", "neuron_smoke.collective_worker", "--device", backend.name, "--process-group", pg,
-        "--timeout", str(budget),
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--standalone",
+        f"--nproc_per_node={nproc}",
+        "-m",
+        "neuron_smoke.collective_worker",
+        "--device",
+        backend.name,
+        "--process-group",
+        pg,
+        "--timeout",
+        str(budget),
     ]
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join(p for p in (str(PACKAGE_ROOT), env.get("PYTHONPATH")) if p)
     env.setdefault("OMP_NUM_THREADS", "1")
     log.numbers = {"nproc": nproc, "process_group": pg, "command": " ".join(cmd)}
-    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                            start_new_session=True)
+    proc = subprocess.Popen(
+        cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True
+    )
     try:
         output, _ = proc.communicate(timeout=budget)
     except subprocess.TimeoutExpired:
@@ -54,7 +65,7 @@ def run(ctx: Context, log: StageLog) -> None:
 
 
 def _check(log: StageLog, output: str, returncode: int, nproc: int) -> None:
-    results = [json.loads(line[len(MARKER):]) for line in output.splitlines() if line.startswith(MARKER)]
+    results = [json.loads(line[len(MARKER) :]) for line in output.splitlines() if line.startswith(MARKER)]
     expected = nproc * (nproc + 1) / 2
     log.numbers["expected_sum"] = expected
     log.numbers["results"] = sorted(results, key=lambda r: r["rank"])

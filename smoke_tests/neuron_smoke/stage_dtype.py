@@ -15,14 +15,14 @@ I64_PROBE = 2**40 + 1
 def _probe(log: StageLog, key: str, fn: object) -> object:
     try:
         return fn()  # type: ignore[operator]
-    except Exception as exc:  # noqa: BLE001  (an unsupported dtype is a finding here, not an error)
+    except Exception as exc:
         log.numbers[key] = f"error: {type(exc).__name__}: {exc}"
         return None
 
 
 def run(ctx: Context, log: StageLog) -> None:
     dev = ctx.device
-    f64 = _probe(log, "float64", lambda: (torch.full((4,), 1.0, dtype=torch.float64, device=dev) + 2.0**-40))
+    f64 = _probe(log, "float64", lambda: torch.full((4,), 1.0, dtype=torch.float64, device=dev) + 2.0**-40)
     if isinstance(f64, torch.Tensor):
         back = f64.cpu()
         preserved = bool((back == F64_PROBE).all())

@@ -36,8 +36,10 @@ def run(ctx: Context, log: StageLog) -> None:
 def _check_pins(ctx: Context, log: StageLog, on_neuron: bool) -> None:
     cell = ctx.options.cell
     if cell is None:
-        log.note("pins not checked: no cell given (--cell-file, NEURON_TORCH_CELL_FILE, --cell, or "
-                 f"{cells.DEFAULT_CELL_FILE}); versions recorded only")
+        log.note(
+            "pins not checked: no cell given (--cell-file, NEURON_TORCH_CELL_FILE, --cell, or "
+            f"{cells.DEFAULT_CELL_FILE}); versions recorded only"
+        )
         log.numbers["cell"] = None
         return
     log.numbers["cell"] = {"id": cell.get("id"), "source": ctx.options.cell_source}

@@ -77,12 +77,18 @@ def run(ctx: Context, log: StageLog) -> None:
     device_run = train_step(spec, ctx.device, ctx)
     cpu_run = train_step(spec, "cpu")
     report = compare(device_run, cpu_run, rtol)
-    log.numbers = {"model": spec.name, "rtol": rtol, "loss_device": float(device_run["loss"]),
-                   "loss_cpu": float(cpu_run["loss"]), **report}
+    log.numbers = {
+        "model": spec.name,
+        "rtol": rtol,
+        "loss_device": float(device_run["loss"]),
+        "loss_cpu": float(cpu_run["loss"]),
+        **report,
+    }
     for category, r in report.items():
         if r["missing"]:
             log.fail(f"{category}: present on only one side: {', '.join(r['missing'])}")
         elif not r["ok"]:
             log.fail(f"{category}: {r['worst_tensor']} differs from CPU by {r['max_normwise_err']:.3g} (rtol {rtol:g})")
     worst = max(r["max_normwise_err"] for r in report.values())
-    log.summary = f"{spec.name}: loss {float(device_run['loss']):.5g} vs CPU {float(cpu_run['loss']):.5g}, worst {worst:.3g}"
+    losses = f"loss {float(device_run['loss']):.5g} vs CPU {float(cpu_run['loss']):.5g}"
+    log.summary = f"{spec.name}: {losses}, worst normwise error {worst:.3g}"

@@ -27,7 +27,7 @@ class SimNeuronProcessGroup(dist.ProcessGroup):
         self._gloo.barrier().wait()
         return _done(None)
 
-    def getBackendName(self) -> str:  # noqa: N802  (the c10d method name)
+    def getBackendName(self) -> str:
         return "neuron"
 
 
