@@ -29,7 +29,8 @@ class StageResult:
         if self.status == SKIP:
             return self.reason
         if self.status == FAIL:
-            return "; ".join(self.failures) or self.error or "failed"
+            more = f" (+{len(self.failures) - 1} more)" if len(self.failures) > 1 else ""
+            return (self.failures[0] + more) if self.failures else (self.error or "failed")
         return self.summary
 
 

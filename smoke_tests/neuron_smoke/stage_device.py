@@ -30,11 +30,11 @@ def run(ctx: Context, log: StageLog) -> None:
     except ImportError as exc:
         log.fail(f"cannot import {backend.module}: {exc}")
         return
-    _accelerator(backend, log)
     count = backend.device_count()
     log.numbers["device_count"] = count
     if count == 0:
         raise DeviceMissing(f"{backend.name}: torch reports 0 devices. {backend.missing_help}")
+    _accelerator(backend, log)
     _expected_count(ctx, log, count)
     log.summary = f"{count} {backend.name} device(s)" + (f", {len(nodes)} device file(s)" if nodes else "")
 
