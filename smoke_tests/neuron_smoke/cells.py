@@ -75,9 +75,9 @@ def version_matches(installed: str, pin: str) -> bool:
     return installed == pin
 
 
-def expected_pins(cell: dict[str, Any]) -> dict[str, str]:
-    """Distribution name -> pin, from the cell's named pins and, when present, every entry of `locked`."""
-    pins = {dist: str(cell[key]) for key, dist in PINNED.items() if cell.get(key)}
-    for name, version in (cell.get("locked") or {}).items():
-        pins.setdefault(normalize(name), str(version))
+def expected_pins(cell: dict[str, Any]) -> list[tuple[str, str]]:
+    """(distribution, pin) pairs: the cell's named pins, then every entry of `locked` (exact versions from the hash
+    lock), so a family pattern such as `2.14.3.0.*` and its locked build are both checked."""
+    pins = [(dist, str(cell[key])) for key, dist in PINNED.items() if cell.get(key)]
+    pins += [(normalize(name), str(version)) for name, version in sorted((cell.get("locked") or {}).items())]
     return pins

@@ -49,7 +49,8 @@ def matmul_error(result: torch.Tensor, a: torch.Tensor, b: torch.Tensor, scale: 
     u_out, acc = matmul_tolerance(a.dtype, a.shape[-1], scale)
     bound = u_out * ref.abs() + acc * magnitude
     # A zero bound (all-zero rows) must still allow exact zeros and reject anything else.
-    ratio = torch.where(bound > 0, err / bound.clamp_min(torch.finfo(torch.float64).tiny), err * math.inf)
+    beyond_zero_bound = torch.where(err > 0, math.inf, 0.0)
+    ratio = torch.where(bound > 0, err / bound.clamp_min(torch.finfo(torch.float64).tiny), beyond_zero_bound)
     ratio = torch.nan_to_num(ratio, nan=math.inf)
     max_abs = float(err.max())
     scale_ref = float(ref.abs().max())

@@ -50,13 +50,13 @@ def _check_pins(ctx: Context, log: StageLog, on_neuron: bool) -> None:
         mismatches.append(f"python {have_python} != {want_python}")
     checked = 0
     absent: list[str] = []
-    for dist, pin in sorted(cells.expected_pins(cell).items()):
+    for dist, pin in cells.expected_pins(cell):
         have = installed_version(dist)
         if have is None:
             # Off Neuron the Neuron-only packages of a full lock may legitimately be absent.
             if on_neuron or dist == "torch":
                 mismatches.append(f"{dist} not installed (pinned {pin})")
-            else:
+            elif dist not in absent:
                 absent.append(dist)
             continue
         checked += 1
