@@ -166,3 +166,29 @@ def test_bring_your_own_model(sim_env: dict[str, str], tmp_path: Path) -> None:
     assert model["model"] == "mymodels:factory"
     assert model["grads"]["compared"] == 4 and model["weights"]["compared"] == 4
     assert run.stage("compile")["status"] == "pass"
+
+
+def test_pytest_entry_runs_the_stages(base_env: dict[str, str], tmp_path: Path) -> None:
+    import subprocess
+    import sys
+
+    from tests.smoke.conftest import REPO
+
+    env = {
+        **base_env,
+        "NEURON_SMOKE_DEVICE": "cpu",
+        "NEURON_SMOKE_ARGS": "--stages environment,device,matmul,model,fallback",
+    }
+    proc = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-rs", "-p", "no:cacheprovider", str(REPO / "smoke_tests")],
+        env=env,
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    print(proc.stdout, proc.stderr)
+    assert proc.returncode == 0
+    assert "4 passed, 5 skipped" in proc.stdout
+    assert "fallback: cpu has no CPU-fallback op tracking" in proc.stdout
