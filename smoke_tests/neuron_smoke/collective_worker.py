@@ -6,13 +6,12 @@ import argparse
 import json
 import os
 from datetime import timedelta
+from pathlib import Path
 
 import torch
 import torch.distributed as dist
 
 from neuron_smoke.backends import BACKENDS
-
-MARKER = "NEURON_SMOKE_ALLREDUCE "
 
 
 def main() -> None:
@@ -20,6 +19,7 @@ def main() -> None:
     parser.add_argument("--device", required=True, choices=sorted(BACKENDS))
     parser.add_argument("--process-group", required=True)
     parser.add_argument("--timeout", type=float, default=60.0)
+    parser.add_argument("--result-dir", required=True, type=Path)
     args = parser.parse_args()
     backend = BACKENDS[args.device]
     backend.import_module()
@@ -37,7 +37,9 @@ def main() -> None:
     try:
         value = torch.tensor([float(rank + 1)], device=device)
         dist.all_reduce(value, op=dist.ReduceOp.SUM)
-        print(MARKER + json.dumps({"rank": rank, "world_size": world, "value": value.cpu().item()}), flush=True)
+        # One file per rank: torchrun interleaves the ranks' stdout, so printed results can be garbled.
+        result = {"rank": rank, "world_size": world, "value": value.cpu().item()}
+        (args.result_dir / f"rank-{rank}.json").write_text(json.dumps(result))
     finally:
         dist.destroy_process_group()
 

@@ -7,11 +7,11 @@ import os
 import signal
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import torch.distributed as dist
 
-from neuron_smoke.collective_worker import MARKER
 from neuron_smoke.context import Context, StageLog
 from neuron_smoke.errors import Skip
 
@@ -32,40 +32,31 @@ def run(ctx: Context, log: StageLog) -> None:
         return
     # Leave the workers a margin inside the stage deadline so their own timeout reports first.
     budget = max(5.0, ctx.options.timeout_s - 5.0)
-    cmd = [
-        sys.executable,
-        "-m",
-        "torch.distributed.run",
-        "--standalone",
-        f"--nproc_per_node={nproc}",
-        "-m",
-        "neuron_smoke.collective_worker",
-        "--device",
-        backend.name,
-        "--process-group",
-        pg,
-        "--timeout",
-        str(budget),
-    ]
-    env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(PACKAGE_ROOT), env.get("PYTHONPATH")) if p)
-    env.setdefault("OMP_NUM_THREADS", "1")
-    log.numbers = {"nproc": nproc, "process_group": pg, "command": " ".join(cmd)}
-    proc = subprocess.Popen(
-        cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True
-    )
-    try:
-        output, _ = proc.communicate(timeout=budget)
-    except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)
-        proc.communicate()
-        log.fail(f"torchrun all_reduce timed out after {budget:g}s")
-        return
-    _check(log, output, proc.returncode, nproc)
+    with tempfile.TemporaryDirectory(prefix="neuron-smoke-collectives-") as result_dir:
+        cmd = [
+            sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={nproc}",
+            "-m", "neuron_smoke.collective_worker", "--device", backend.name, "--process-group", pg,
+            "--timeout", str(budget), "--result-dir", result_dir,
+        ]  # fmt: skip
+        env = dict(os.environ)
+        env["PYTHONPATH"] = os.pathsep.join(p for p in (str(PACKAGE_ROOT), env.get("PYTHONPATH")) if p)
+        env.setdefault("OMP_NUM_THREADS", "1")
+        log.numbers = {"nproc": nproc, "process_group": pg, "command": " ".join(cmd)}
+        proc = subprocess.Popen(
+            cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True
+        )
+        try:
+            output, _ = proc.communicate(timeout=budget)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.communicate()
+            log.fail(f"torchrun all_reduce timed out after {budget:g}s")
+            return
+        results = [json.loads(f.read_text()) for f in sorted(Path(result_dir).glob("rank-*.json"))]
+    _check(log, output, proc.returncode, nproc, results)
 
 
-def _check(log: StageLog, output: str, returncode: int, nproc: int) -> None:
-    results = [json.loads(line[len(MARKER) :]) for line in output.splitlines() if line.startswith(MARKER)]
+def _check(log: StageLog, output: str, returncode: int, nproc: int, results: list[dict[str, float]]) -> None:
     expected = nproc * (nproc + 1) / 2
     log.numbers["expected_sum"] = expected
     log.numbers["results"] = sorted(results, key=lambda r: r["rank"])
