@@ -1,0 +1,27 @@
+"""`pytest smoke_tests/`: the stages as tests on this machine. The device comes from NEURON_SMOKE_DEVICE (default
+neuron); any other verify-device options from NEURON_SMOKE_ARGS (e.g. "--cell-file /etc/neuron-torch/cell.json")."""
+
+from __future__ import annotations
+
+import os
+import shlex
+import sys
+import warnings
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+warnings.filterwarnings("ignore", message="Failed to initialize NumPy")
+
+from neuron_smoke import models  # noqa: E402
+from neuron_smoke.cli import parse_options  # noqa: E402
+from neuron_smoke.results import Report  # noqa: E402
+from neuron_smoke.suite import run_suite  # noqa: E402
+
+
+@pytest.fixture(scope="session")
+def smoke_report() -> Report:
+    options, _ = parse_options(shlex.split(os.environ.get("NEURON_SMOKE_ARGS", "")))
+    report = run_suite(options, models.load(options.model), lambda result: None)
+    return report

@@ -1,0 +1,108 @@
+"""Fixtures for testing the smoke suite: the simulated neuron device (built once) and verify-device runs."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+SMOKE_DIR = REPO / "smoke_tests"
+SIM_SITE = REPO / "tests" / "simdevice" / "site"
+VERIFY = REPO / "scripts" / "verify-device.sh"
+
+sys.path.insert(0, str(SMOKE_DIR))
+
+# The 2.13 test cell of CI, matching the simulated packages in tests/simdevice/site.
+SIM_CELL = {
+    "id": "2.13-py3.11-ubuntu24.04",
+    "family": "2.13",
+    "python": "3.11",
+    "torch": "2.13.0+cpu",
+    "torch_neuronx": "2.13.3.0.*",
+    "neuronx_cc": "2.28.7631.0",
+    "nki": "0.7.0",
+    "locked": {"torch": "2.13.0+cpu", "nki": "0.7.0"},
+}
+
+
+@dataclass
+class Run:
+    returncode: int
+    output: str
+    report: dict[str, Any]
+    elapsed_s: float
+
+    def stage(self, name: str) -> dict[str, Any]:
+        return next(s for s in self.report["stages"] if s["name"] == name)
+
+
+def _load_sim_builder() -> Any:
+    spec = importlib.util.spec_from_file_location("neuron_sim_builder", SIM_SITE / "neuron_sim.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.fixture(scope="session")
+def sim_library() -> Path:
+    """Compile the simulated device once (cached by source hash under build/simdevice)."""
+    return Path(_load_sim_builder().build())
+
+
+@pytest.fixture
+def base_env(tmp_path: Path) -> dict[str, str]:
+    """An environment with no pins, no IMDS and no Neuron device files, independent of the host."""
+    keep = {"NEURON_SIM_BUILD_DIR"}  # where the session built the simulated device
+    env = {k: v for k, v in os.environ.items() if k in keep or not k.startswith(("NEURON_", "PYTHONPATH"))}
+    env.update(
+        NEURON_TORCH_PYTHON=sys.executable,
+        NEURON_SMOKE_IMDS="0",
+        NEURON_SMOKE_DEFAULT_CELL_FILE=str(tmp_path / "no-cell.json"),
+        NEURON_SMOKE_DEV_GLOB=str(tmp_path / "no-dev" / "neuron*"),
+    )
+    return env
+
+
+@pytest.fixture
+def sim_env(base_env: dict[str, str], sim_library: Path, tmp_path: Path) -> dict[str, str]:
+    """Two simulated neuron devices, their device files, and the test-only torch_neuronx importable."""
+    dev = tmp_path / "dev"
+    dev.mkdir()
+    for i in range(2):
+        (dev / f"neuron{i}").touch()
+    return {**base_env, "PYTHONPATH": str(SIM_SITE), "NEURON_SMOKE_DEV_GLOB": str(dev / "neuron*")}
+
+
+@pytest.fixture
+def cell_file(tmp_path: Path) -> Path:
+    path = tmp_path / "cell.json"
+    path.write_text(json.dumps(SIM_CELL))
+    return path
+
+
+def verify(env: dict[str, str], *args: str, tmp: Path, timeout: float = 120.0) -> Run:
+    report = tmp / "report.json"
+    start = time.monotonic()
+    proc = subprocess.run(
+        [str(VERIFY), "--report", str(report), *args],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
+    )
+    elapsed = time.monotonic() - start
+    output = proc.stdout + proc.stderr
+    data = json.loads(report.read_text()) if report.exists() else {}
+    print(output)
+    return Run(proc.returncode, output, data, elapsed)

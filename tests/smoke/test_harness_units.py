@@ -1,0 +1,119 @@
+"""Unit tests of the harness parts that need no device: tolerances, pins, the runner's skip and timeout rules."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import pytest
+import torch
+from neuron_smoke import cells
+from neuron_smoke.backends import BACKENDS, CUDA
+from neuron_smoke.context import Context, Options, StageLog
+from neuron_smoke.errors import Skip
+from neuron_smoke.numerics import matmul_error, matmul_tolerance, normwise_error
+from neuron_smoke.runner import Stage, run_stage
+from neuron_smoke.stage_fallback import normalize_op
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_correct_matmul_passes_and_one_percent_off_fails(dtype: torch.dtype) -> None:
+    gen = torch.Generator().manual_seed(0)
+    a, b = torch.randn(200, 700, generator=gen).to(dtype), torch.randn(700, 90, generator=gen).to(dtype)
+    assert matmul_error(a @ b, a, b).ok
+    assert not matmul_error((a.double() @ b.double() * 1.02).to(dtype), a, b).ok
+
+
+def test_tolerance_grows_with_sqrt_k() -> None:
+    _, acc_small = matmul_tolerance(torch.float32, 100)
+    _, acc_large = matmul_tolerance(torch.float32, 10000)
+    assert acc_large == pytest.approx(acc_small * 10)
+    assert matmul_tolerance(torch.bfloat16, 100)[0] == 2 * 2.0**-8
+
+
+def test_zero_rows_allow_only_exact_zeros() -> None:
+    a, b = torch.zeros(2, 3), torch.ones(3, 2)
+    assert matmul_error(torch.zeros(2, 2), a, b).ok
+    assert not matmul_error(torch.full((2, 2), 1e-30), a, b).ok
+
+
+def test_normwise_error_treats_nan_as_failure() -> None:
+    assert normwise_error(torch.tensor([float("nan")]), torch.tensor([1.0])) == float("inf")
+
+
+@pytest.mark.parametrize(
+    ("installed", "pin", "ok"),
+    [
+        ("2.14.3.0.123", "2.14.3.0.*", True),
+        ("2.13.3.0.1", "2.14.3.0.*", False),
+        ("0.7.0", "0.7.0", True),
+        ("0.7.0", "0.7", False),
+    ],
+)
+def test_version_matches(installed: str, pin: str, ok: bool) -> None:
+    assert cells.version_matches(installed, pin) is ok
+
+
+def test_expected_pins_include_named_and_locked_entries() -> None:
+    cell = {"id": "x", "torch": "2.14.0+cpu", "torch_neuronx": "2.14.3.0.*", "locked": {"Torch_Neuronx": "2.14.3.0.9"}}
+    assert cells.expected_pins(cell) == [
+        ("torch", "2.14.0+cpu"),
+        ("torch-neuronx", "2.14.3.0.*"),
+        ("torch-neuronx", "2.14.3.0.9"),
+    ]
+
+
+def test_fallback_op_names_normalize() -> None:
+    assert {normalize_op(n) for n in ("aten::addmm.default", "addmm", "aten::addmm")} == {"addmm"}
+
+
+def test_cuda_table() -> None:
+    assert (CUDA.compile_backend, CUDA.process_group, CUDA.tracks_fallback) == ("inductor", "nccl", False)
+    assert CUDA.peak_for("NVIDIA H200", torch.bfloat16) == 989.0
+    assert CUDA.peak_for("NVIDIA H100 PCIe", torch.float32) == 51.0
+    assert BACKENDS["neuron"].peak_for("neuron", torch.bfloat16) is None
+
+
+def _ctx(**options: object) -> Context:
+    return Context(options=Options(device="cpu", **options), backend=BACKENDS["cpu"])  # type: ignore[arg-type]
+
+
+def test_stage_times_out_and_later_stages_skip() -> None:
+    release = threading.Event()
+
+    def hang(ctx: Context, log: StageLog) -> None:
+        release.wait(30)
+
+    ctx = _ctx(timeout_s=0.5)
+    start = time.monotonic()
+    result = run_stage(Stage("matmul", "t", hang), ctx)
+    release.set()
+    assert time.monotonic() - start < 5
+    assert result.status == "fail" and result.failures == [
+        "matmul: timed out after 0.5s (a device call did not return)"
+    ]
+    ctx.results["matmul"] = result
+    later = run_stage(Stage("throughput", "t", lambda c, log: None, ("matmul",)), ctx)
+    assert later.status == "skip" and "timed out" in later.reason
+
+
+def test_failed_prerequisite_skips_and_exceptions_fail() -> None:
+    ctx = _ctx()
+
+    def boom(ctx: Context, log: StageLog) -> None:
+        raise RuntimeError("device error 42")
+
+    first = run_stage(Stage("matmul", "t", boom), ctx)
+    assert first.status == "fail" and first.failures == ["RuntimeError: device error 42"]
+    ctx.results["matmul"] = first
+    assert run_stage(Stage("throughput", "t", lambda c, log: None, ("matmul",)), ctx).reason == (
+        "skipped: stage matmul failed"
+    )
+
+
+def test_skip_carries_its_reason() -> None:
+    def skip(ctx: Context, log: StageLog) -> None:
+        raise Skip("needs 2 devices")
+
+    result = run_stage(Stage("collectives", "t", skip), _ctx())
+    assert (result.status, result.reason) == ("skip", "needs 2 devices")

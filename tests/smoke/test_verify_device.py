@@ -1,0 +1,194 @@
+"""verify-device end to end: the CPU device, the simulated neuron device, and every injected fault."""
+
+from __future__ import annotations
+
+import glob
+import json
+import xml.etree.ElementTree as ET
+from pathlib import Path
+
+import pytest
+
+from tests.smoke.conftest import SIM_CELL, verify
+
+STAGES = ["environment", "device", "matmul", "model", "fallback", "compile", "dtype", "collectives", "throughput"]
+# The fault tests need no collectives run (a torchrun start costs seconds on a 2-core runner).
+NO_COLLECTIVES = "--stages=environment,device,matmul,model,fallback,compile,dtype,throughput"
+SMALL = "--throughput-size=256"
+
+
+def test_cpu_run_passes_and_reports_every_stage(base_env: dict[str, str], tmp_path: Path) -> None:
+    junit = tmp_path / "junit.xml"
+    run = verify(base_env, "--device", "cpu", "--junit", str(junit), tmp=tmp_path)
+    assert run.returncode == 0
+    assert [s["name"] for s in run.report["stages"]] == STAGES
+    statuses = {s["name"]: s["status"] for s in run.report["stages"]}
+    assert statuses == {**dict.fromkeys(STAGES, "pass"), "fallback": "skip"}
+    assert "no CPU-fallback op tracking" in run.stage("fallback")["reason"]
+    assert run.stage("environment")["notes"][0].startswith("pins not checked")
+    assert run.stage("collectives")["numbers"]["expected_sum"] == 3
+    assert run.report["exit_code"] == 0
+    cases = ET.parse(junit).getroot().findall("testcase")
+    assert [c.get("name") for c in cases] == STAGES
+    assert cases[STAGES.index("fallback")].find("skipped") is not None
+
+
+def test_sim_neuron_passes_every_stage(sim_env: dict[str, str], cell_file: Path, tmp_path: Path) -> None:
+    run = verify(sim_env, "--cell-file", str(cell_file), SMALL, "--expected-devices", "2", tmp=tmp_path)
+    assert run.returncode == 0, run.output
+    assert {s["status"] for s in run.report["stages"]} == {"pass"}
+    env = run.stage("environment")["numbers"]
+    assert env["cell"]["id"] == SIM_CELL["id"] and env["pin_mismatches"] == []
+    assert env["pins_checked"] == 6  # four named pins and two locked entries
+    assert run.stage("device")["numbers"]["accelerator"] == "neuron"
+    assert run.stage("device")["numbers"]["device_count"] == 2
+    fallback = run.stage("fallback")["numbers"]
+    assert fallback["fallback_ops"] == {} and fallback["executed_op_calls"] > 0
+    assert run.stage("compile")["numbers"]["backend"] == "neuron"
+    assert [r["value"] for r in run.stage("collectives")["numbers"]["results"]] == [3.0, 3.0]
+    assert run.report["device"]["backend"] == "neuron"
+
+
+def test_wrong_matmul_fails_matmul_and_model(sim_env: dict[str, str], tmp_path: Path) -> None:
+    env = {**sim_env, "NEURON_SIM_FAULT": "wrong_matmul"}
+    run = verify(env, NO_COLLECTIVES, SMALL, tmp=tmp_path)
+    assert run.returncode == 1
+    assert run.stage("matmul")["status"] == "fail"
+    assert "the tolerance bound" in run.stage("matmul")["failures"][0]
+    assert run.stage("model")["status"] == "fail"
+    assert run.stage("throughput")["reason"] == "skipped: stage matmul failed"
+    assert "FAIL  matmul" in run.output
+
+
+def test_fallback_ops_fail_unless_allowed(sim_env: dict[str, str], tmp_path: Path) -> None:
+    env = {**sim_env, "NEURON_SIM_FAULT": "fallback"}
+    stages = "--stages=environment,device,matmul,model,fallback"
+    run = verify(env, stages, tmp=tmp_path)
+    assert run.returncode == 1
+    fallback = run.stage("fallback")
+    assert fallback["status"] == "fail"
+    assert fallback["numbers"]["disallowed"] == ["aten::addmm", "aten::gelu"]
+    assert "--allow-fallback" in fallback["failures"][0]
+
+    allowed = verify(env, stages, "--allow-fallback", "addmm,aten::gelu.default", tmp=tmp_path)
+    assert allowed.returncode == 0, allowed.output
+    assert set(allowed.stage("fallback")["numbers"]["fallback_ops"]) == {"aten::addmm", "aten::gelu"}
+
+
+def test_hang_times_out_naming_the_stage(sim_env: dict[str, str], tmp_path: Path) -> None:
+    env = {**sim_env, "NEURON_SIM_FAULT": "hang"}
+    run = verify(env, NO_COLLECTIVES, "--timeout", "3", tmp=tmp_path, timeout=60)
+    assert run.returncode == 1
+    assert run.stage("matmul")["failures"] == ["matmul: timed out after 3s (a device call did not return)"]
+    assert run.stage("model")["reason"] == "skipped: stage matmul timed out, the device may be wedged"
+    assert run.elapsed_s < 30
+
+
+def test_no_device_exits_3(sim_env: dict[str, str], tmp_path: Path) -> None:
+    run = verify({**sim_env, "NEURON_SIM_FAULT": "no_device"}, tmp=tmp_path)
+    assert run.returncode == 3
+    assert run.stage("device")["status"] == "fail"
+    assert "torch reports 0 devices" in run.output
+    assert run.stage("matmul")["reason"] == "skipped: stage device failed"
+
+
+def test_missing_device_files_exit_3_with_help(sim_env: dict[str, str], tmp_path: Path) -> None:
+    env = {**sim_env, "NEURON_SMOKE_DEV_GLOB": str(tmp_path / "nothing" / "neuron*")}
+    run = verify(env, tmp=tmp_path)
+    assert run.returncode == 3
+    for hint in ("neuron-ls", "--device=/dev/neuron0", "driver", "host"):
+        assert hint in run.output
+    assert "the requested device is not present" in run.output
+
+
+@pytest.mark.skipif(bool(glob.glob("/dev/neuron*")), reason="this host has Neuron devices")
+def test_default_run_without_neuron_exits_3_quickly(base_env: dict[str, str], tmp_path: Path) -> None:
+    env = {k: v for k, v in base_env.items() if k != "NEURON_SMOKE_DEV_GLOB"}
+    run = verify(env, tmp=tmp_path, timeout=60)
+    assert run.returncode == 3
+    assert run.elapsed_s < 30
+    assert "/dev/neuron* not found" in run.output
+
+
+def test_version_drift_fails_environment(sim_env: dict[str, str], tmp_path: Path) -> None:
+    drifted = tmp_path / "drifted.json"
+    drifted.write_text(json.dumps({**SIM_CELL, "nki": "0.8.0", "torch_neuronx": "2.14.3.0.*"}))
+    run = verify({**sim_env, "NEURON_TORCH_CELL_FILE": str(drifted)}, NO_COLLECTIVES, SMALL, tmp=tmp_path)
+    assert run.returncode == 1
+    env = run.stage("environment")
+    assert env["status"] == "fail"
+    assert env["numbers"]["pin_mismatches"] == [
+        "torch-neuronx 2.13.3.0.0+sim != 2.14.3.0.*",
+        "nki 0.7.0 != 0.8.0",
+    ]
+    assert run.stage("matmul")["reason"] == "skipped: stage environment failed"
+
+
+def test_cpu_tolerates_absent_neuron_packages_but_not_drift(base_env: dict[str, str], tmp_path: Path) -> None:
+    cell = tmp_path / "cell.json"
+    cell.write_text(json.dumps(SIM_CELL))
+    run = verify(base_env, "--device", "cpu", "--cell-file", str(cell), "--stages", "environment", tmp=tmp_path)
+    assert run.returncode == 0, run.output
+    assert run.stage("environment")["numbers"]["pinned_not_installed"] == ["torch-neuronx", "neuronx-cc", "nki"]
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--device", "tpu"], "invalid choice"),
+        (["--cell", "2.14-py3.12-ubuntu24.04"], "pass --cell-file"),
+        (["--model", "no_such_module:factory"], "cannot import no_such_module"),
+        (["--model", "nocolon"], "expected package.module:factory"),
+        (["--stages", "matmul,warp"], "unknown stage(s) warp"),
+        (["--timeout", "0"], "must be > 0"),
+    ],
+)
+def test_usage_errors_exit_2(base_env: dict[str, str], tmp_path: Path, args: list[str], message: str) -> None:
+    run = verify(base_env, "--device", "cpu", *args, tmp=tmp_path)
+    assert run.returncode == 2
+    assert message in run.output
+
+
+def test_bring_your_own_model(sim_env: dict[str, str], tmp_path: Path) -> None:
+    (tmp_path / "mymodels.py").write_text(
+        "import torch\n"
+        "def factory():\n"
+        "    torch.manual_seed(3)\n"
+        "    model = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.Tanh(), torch.nn.Linear(16, 4))\n"
+        "    return model, torch.randn(5, 8)\n"
+    )
+    env = {**sim_env, "PYTHONPATH": f"{sim_env['PYTHONPATH']}:{tmp_path}"}
+    run = verify(
+        env, "--model", "mymodels:factory", "--stages", "environment,device,matmul,model,fallback,compile", tmp=tmp_path
+    )
+    assert run.returncode == 0, run.output
+    model = run.stage("model")["numbers"]
+    assert model["model"] == "mymodels:factory"
+    assert model["grads"]["compared"] == 4 and model["weights"]["compared"] == 4
+    assert run.stage("compile")["status"] == "pass"
+
+
+def test_pytest_entry_runs_the_stages(base_env: dict[str, str], tmp_path: Path) -> None:
+    import subprocess
+    import sys
+
+    from tests.smoke.conftest import REPO
+
+    env = {
+        **base_env,
+        "NEURON_SMOKE_DEVICE": "cpu",
+        "NEURON_SMOKE_ARGS": "--stages environment,device,matmul,model,fallback",
+    }
+    proc = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-rs", "-p", "no:cacheprovider", str(REPO / "smoke_tests")],
+        env=env,
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    print(proc.stdout, proc.stderr)
+    assert proc.returncode == 0
+    assert "4 passed, 5 skipped" in proc.stdout
+    assert "fallback: cpu has no CPU-fallback op tracking" in proc.stdout
