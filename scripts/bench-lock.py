@@ -43,7 +43,8 @@ def run() -> None:
         cold = timed_lock_all(work, indexes)
         warm = timed_lock_all(work, indexes)
     cells = len(matrix.cells)
-    print(f"lock --all ({cells} cells, local fixture indexes): cold {cold:.2f} s, warm {warm:.2f} s (goal: warm < 60 s)")
+    print(f"lock --all ({cells} cells, local fixture indexes): cold {cold:.2f} s, warm {warm:.2f} s")
+    print("goal: warm < 60 s")
 
 
 if __name__ == "__main__":

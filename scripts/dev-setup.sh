@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Make .venv: the project (editable) with its dev tools, and the CPU torch the smoke tests run on.
+# Make .venv: the project (editable) with its dev tools, and the CPU torch the smoke tests run on (the torch of
+# the test release's default cell, read from constraints/test-matrix.toml, so no version is typed here).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -10,5 +11,15 @@ if ! command -v "$python" >/dev/null; then
 fi
 [ -x .venv/bin/python ] || "$python" -m venv .venv
 .venv/bin/python -m pip install --quiet --upgrade pip
-.venv/bin/python -m pip install --quiet -e '.[dev]'
-echo "dev-setup: .venv ready ($(.venv/bin/python --version))"
+.venv/bin/python -m pip install --quiet --no-warn-script-location -e '.[dev]'
+torch=$(.venv/bin/python - <<'PY'
+import tomllib
+matrix = tomllib.load(open("constraints/test-matrix.toml", "rb"))
+family = matrix["release"]["default_cell"].split("-")[0]
+print(matrix["families"][family]["torch"])
+PY
+)
+if ! .venv/bin/python -c "import torch, sys; sys.exit(torch.__version__.split('+')[0] != '$torch')" 2>/dev/null; then
+  .venv/bin/python -m pip install --quiet "torch==$torch" ninja
+fi
+echo "dev-setup: .venv ready ($(.venv/bin/python --version), torch $torch)"

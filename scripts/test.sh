@@ -5,8 +5,9 @@ cd "$(dirname "$0")/.."
 
 scripts/dev-setup.sh
 venv=.venv/bin
-"$venv/ruff" check src tests
-"$venv/ruff" format --check src tests
+"$venv/ruff" check src tests smoke_tests scripts
+"$venv/ruff" format --check src tests smoke_tests scripts
+shellcheck scripts/*.sh .ci/run
 "$venv/mypy"
 "$venv/neuron-torch" render --check
 "$venv/neuron-torch" check

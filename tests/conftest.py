@@ -6,6 +6,7 @@ from pathlib import Path
 import pytest
 
 from neuron_torch.matrix import Matrix, load_matrix
+from neuron_torch.render import rendered
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -22,7 +23,10 @@ def matrix() -> Matrix:
 
 @pytest.fixture
 def release_copy(tmp_path: Path) -> Path:
-    """A copy of the release files (matrix, generated files, README) to edit without touching the checkout."""
+    """A copy of the release (the matrix and every file rendered from it) to edit without touching the checkout."""
     shutil.copytree(REPO / "constraints", tmp_path / "constraints", ignore=shutil.ignore_patterns("locks"))
-    shutil.copy(REPO / "README.md", tmp_path / "README.md")
+    for path in rendered(load_matrix(REPO / "constraints" / "matrix.toml")):
+        target = tmp_path / path.relative_to(REPO)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy(path, target)
     return tmp_path

@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import glob
 import importlib
+import json
 import os
 import shutil
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import torch
 
@@ -53,6 +55,12 @@ class Backend:
         return None
 
 
+def _neuron_instance_devices() -> dict[str, int]:
+    """Logical devices per instance type at the default LNC, rendered from constraints/matrix.toml."""
+    facts = json.loads((Path(__file__).with_name("neuron_instances.json")).read_text(encoding="utf-8"))
+    return {str(k): int(v) for k, v in facts["logical_devices"].items()}
+
+
 NEURON_MISSING_HELP = (
     "Check on the host with `neuron-ls` (package aws-neuronx-tools); it must list at least one device. "
     "The Neuron driver (aws-neuronx-dkms) must be installed and loaded on the host (`lsmod | grep neuron`): "
@@ -70,9 +78,8 @@ NEURON = Backend(
     tracks_fallback=True,
     dev_glob="/dev/neuron*",
     dev_glob_env="NEURON_SMOKE_DEV_GLOB",
-    # trn2.48xlarge: 16 chips x 8 physical cores / LNC 2 = 64 ranks (NEURON-FACTS 9, BP-TRAIN).
-    # trn2.3xlarge: 1 chip assumed (UNCONFIRMED); trn2u.48xlarge assumed equal to trn2.48xlarge; Trn3 unknown.
-    devices_per_instance={"trn2.3xlarge": 4, "trn2.48xlarge": 64, "trn2u.48xlarge": 64},
+    # Only documented counts: an instance type without one is reported, not failed (see the matrix's notes).
+    devices_per_instance=_neuron_instance_devices(),
     # Trainium2 peak per logical core is not in the sources we could read; pass --peak-tflops to get a percentage.
     peak_tflops={},
     missing_help=NEURON_MISSING_HELP,

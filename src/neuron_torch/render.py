@@ -54,7 +54,7 @@ def cell_files(matrix: Matrix) -> dict[Path, str]:
 def readme_sections(matrix: Matrix) -> dict[Path, str]:
     """The README's support table; only the real release renders into the README."""
     readme = matrix.root / "README.md"
-    if matrix.path.resolve() != (matrix.root / "constraints" / "matrix.toml").resolve() or not readme.is_file():
+    if not _is_release_matrix(matrix) or not readme.is_file():
         return {}
     rows = ["| cell | torch | torch-neuronx | neuronx-cc | nki | Python route | wheels in the release |", "|---|" * 7]
     rows[1] = "|---" * 7 + "|"
@@ -83,7 +83,26 @@ def replace_section(text: str, name: str, body: str, matrix: Matrix) -> str:
     return pattern.sub(lambda _: f"{begin}\n{body}\n{end}", text, count=1)
 
 
-RENDERERS: list[Renderer] = [constraint_files, cell_files, readme_sections]
+def smoke_instance_facts(matrix: Matrix) -> dict[Path, str]:
+    """The documented device counts, for verify-device, which runs where the toolkit is not installed."""
+    if not _is_release_matrix(matrix):
+        return {}
+    facts = {
+        "_generated": GENERATED.format(source=matrix.path.name),
+        "release": matrix.release.name,
+        "logical_devices": {i.type: i.expected_devices for i in matrix.instances.values() if i.expected_devices},
+        "undocumented": sorted(i.type for i in matrix.instances.values() if not i.expected_devices),
+    }
+    path = matrix.root / "smoke_tests" / "neuron_smoke" / "neuron_instances.json"
+    return {path: json.dumps(facts, indent=2) + "\n"}
+
+
+def _is_release_matrix(matrix: Matrix) -> bool:
+    """Files shared by the whole checkout (README, smoke tests) are rendered from constraints/matrix.toml only."""
+    return matrix.path.resolve() == (matrix.root / "constraints" / "matrix.toml").resolve()
+
+
+RENDERERS: list[Renderer] = [constraint_files, cell_files, readme_sections, smoke_instance_facts]
 
 
 def rendered(matrix: Matrix) -> dict[Path, str]:
