@@ -64,7 +64,7 @@ COPY images/docker/assert-pins.py /usr/local/lib/neuron-torch/assert-pins.py
 COPY ${CELL_DIR}/lock.txt /etc/neuron-torch/lock.txt
 RUN --mount=type=secret,id=ca --mount=type=cache,id=neuron-torch-pip,target=/root/.cache/pip \
     if [ -s /run/secrets/ca ]; then export PIP_CERT=/run/secrets/ca; fi \
-    && neuron-torch-python -m venv /opt/neuron-torch/venv \
+    && "$(readlink -f /usr/local/bin/neuron-torch-python)" -m venv /opt/neuron-torch/venv \
     && PIP_CONFIG_FILE=/dev/null PIP_EXTRA_INDEX_URL="$EXTRA_INDEX_URLS" /opt/neuron-torch/venv/bin/pip install \
          --disable-pip-version-check --require-hashes --no-deps --index-url "$INDEX_URL" -r /etc/neuron-torch/lock.txt \
     && /opt/neuron-torch/venv/bin/pip check \
