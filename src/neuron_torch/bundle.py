@@ -108,8 +108,10 @@ def download_wheels(matrix: Matrix, cell: Cell, lock: Lock, dest: Path, mirror: 
                 "".join(f"{p.name}=={p.version} " + " ".join(f"--hash=sha256:{h}" for h in p.hashes) + "\n"
                         for p in packages)
             )  # fmt: skip
-            command = [sys.executable, "-m", "pip", "download", "--quiet", "--no-deps", "--only-binary", ":all:",
-                       "--require-hashes", "--index-url", url, "--dest", str(dest), *target, "-r", str(requirements)]  # fmt: skip
+            command = [
+                sys.executable, "-m", "pip", "download", "--quiet", "--no-deps", "--only-binary", ":all:",
+                "--require-hashes", "--index-url", url, "--dest", str(dest), *target, "-r", str(requirements),
+            ]  # fmt: skip
             result = subprocess.run(command, env=env, capture_output=True, text=True)
             if result.returncode != 0:
                 raise NeuronTorchError(
@@ -196,7 +198,9 @@ def download_debs(
     files = []
     for package in packages:
         matches = [
-            s for s in available if s.get("Package") == package.name and s.get("Version", "").startswith(package.version)
+            s
+            for s in available
+            if s.get("Package") == package.name and s.get("Version", "").startswith(package.version)
         ]
         if not matches:
             raise NeuronTorchError(f"{package.apt_pin} is not in {matrix.apt.url} ({codename})", EXIT_FAILED)
