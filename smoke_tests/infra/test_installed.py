@@ -131,11 +131,20 @@ def test_no_ca_bundle_or_proxy_settings_left(host: Any, target: str) -> None:
     assert grep.stdout.strip() == "", f"apt CA settings left: {grep.stdout}"
 
 
+def root_listing(host: Any, image: str | None, folder: str) -> str:
+    """`ls -A folder` as root: through a root container of the image (the suite's container runs as the user)."""
+    command = f"ls -A {folder} 2>/dev/null || true"
+    if image:
+        docker = ["docker", "run", "--rm", "--user", "0", "--network", "none", "--entrypoint", "/bin/sh", image]
+        return subprocess.run([*docker, "-c", command], capture_output=True, text=True, check=True).stdout.strip()
+    return str(host.run(command).stdout).strip()
+
+
 @pytest.mark.usefixtures("image_only")
-def test_no_package_caches(host: Any, runtime_user: str) -> None:
-    for folder in ("/root/.cache/pip", f"/home/{runtime_user}/.cache/pip"):
-        listing = host.run(f"sudo -n ls -A {folder} 2>/dev/null || ls -A {folder}")
-        assert listing.stdout.strip() == "", f"pip cache left in {folder}"
+def test_no_package_caches(host: Any, runtime_user: str, pytestconfig: pytest.Config) -> None:
+    image = pytestconfig.getoption("--image")
+    for folder in ("/root/.cache/pip", f"/home/{runtime_user}/.cache/pip", "/root/.cache/uv"):
+        assert root_listing(host, image, folder) == "", f"package cache left in {folder}"
     debs = host.run("find /var/cache/apt/archives -name '*.deb'")
     assert debs.stdout.strip() == "", f".debs left: {debs.stdout}"
     lists = host.run("find /var/lib/apt/lists -mindepth 1 -maxdepth 1 ! -name lock ! -name partial")

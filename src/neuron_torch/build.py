@@ -78,6 +78,7 @@ def plan_image_build(
     ca_bundle: Path | None = None,
     lock: Path | None = None,
     target: str | None = None,
+    no_cache: bool = False,
 ) -> ImageBuild:
     """Stage the cell's files and return the docker command that builds its image (nothing is built yet)."""
     lock_path = require_lock(matrix, cell, lock)
@@ -97,6 +98,8 @@ def plan_image_build(
         command += ["--secret", f"id=ca,src={ca_bundle.resolve()}"]
     if target:
         command += ["--target", target]
+    if no_cache:
+        command.append("--no-cache")
     command.append(str(matrix.root))
     return ImageBuild(cell=cell, tags=tags, command=tuple(command), stage_dir=stage_dir)
 

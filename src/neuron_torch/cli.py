@@ -152,6 +152,7 @@ def cmd_build_image(args: argparse.Namespace, matrix: Matrix) -> int:
         ca_bundle=args.ca_bundle,
         lock=args.lock,
         target=args.target,
+        no_cache=args.no_cache,
     )
     print("DOCKER_BUILDKIT=1 " + " ".join(shlex.quote(word) for word in build.command), flush=True)
     if args.dry_run:
@@ -258,6 +259,7 @@ def add_build_command(sub: argparse._SubParsersAction[argparse.ArgumentParser]) 
     p.add_argument("--ca-bundle", type=Path, help="CA bundle (PEM) for TLS-intercepting proxies: a build secret only")
     p.add_argument("--lock", type=Path, help="the hash lock to install (default: the cell's lock path)")
     p.add_argument("--target", help="stop at this Dockerfile stage (keyring, python, venv; default: the runtime image)")
+    p.add_argument("--no-cache", action="store_true", help="rebuild every layer (the pip download cache is kept)")
     p.add_argument("--dry-run", action="store_true", help="print the docker command without running it")
     p.set_defaults(handler=cmd_build_image)
 
