@@ -7,6 +7,7 @@ Dockerfile, then run it, run the shared testinfra suite against it and break its
 from __future__ import annotations
 
 import re
+import secrets
 import shutil
 import subprocess
 import sys
@@ -21,7 +22,7 @@ from neuron_torch.build import plan_image_build, run_image_build
 from neuron_torch.cli import main
 from neuron_torch.matrix import Matrix, load_matrix
 from neuron_torch.render_docker import args_path, build_args, read_args_file
-from tests.testbed.harness import CELL, DOCKER, TEST_MATRIX, built_testbed, docker, require_docker
+from tests.testbed.harness import CELL, DOCKER, TEST_MATRIX, built_testbed, docker, require_docker, scan_image
 
 REPO = Path(__file__).resolve().parents[1]
 TAG = f"neuron-torch:{CELL}"
@@ -188,3 +189,20 @@ def test_a_lock_with_an_edited_hash_fails_the_build_naming_the_package(image: Bu
     assert result.returncode != 0, output[-3000:]
     assert "DO NOT MATCH THE HASHES" in output and "mpmath" in output, output[-3000:]
     shutil.rmtree(build.stage_dir, ignore_errors=True)
+
+
+def test_a_ca_bundle_is_only_a_build_secret(image: BuiltImage, tmp_path: Path) -> None:
+    """Rebuild the stage that uses the CA (apt and curl) without the cache; no layer may hold the bundle's bytes."""
+    ca = f"-----BEGIN CERTIFICATE-----\nneuron-torch-image-{secrets.token_hex(32)}\n-----END CERTIFICATE-----\n"
+    bundle = tmp_path / "ca.pem"
+    bundle.write_text(ca)
+    tag = "neuron-torch:ca-secret-test"
+    matrix = image.matrix
+    build = plan_image_build(
+        matrix, matrix.cell(CELL), tags=(tag,), network="host", ca_bundle=bundle, target="keyring", no_cache=True
+    )
+    try:
+        assert run_image_build(build) == 0
+        assert scan_image(tag, ca.encode()) == []
+    finally:
+        docker("rmi", "-f", tag, check=False)

@@ -1,4 +1,4 @@
-"""The image build arguments of each cell, rendered from the matrix (images/docker/<cell>.args, KEY=VALUE).
+"""The image build arguments of each cell, rendered from the matrix: constraints/generated/docker/<cell>.args.
 
 `neuron-torch build image` passes the same values (plus the staged lock) as `--build-arg`s; the files let a reader
 or another tool see what a cell's image is built from without running Python.
@@ -37,9 +37,6 @@ def build_args(matrix: Matrix, cell: Cell) -> dict[str, str]:
 
 
 def args_dir(matrix: Matrix) -> Path:
-    """images/docker for the real release; the matrix's generated folder for any other (the test release)."""
-    if matrix.path.resolve() == (matrix.root / "constraints" / "matrix.toml").resolve():
-        return matrix.root / "images" / "docker"
     return matrix.generated_dir / "docker"
 
 
