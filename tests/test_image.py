@@ -87,6 +87,7 @@ def test_dry_run_tags_the_default_cell_latest(capsys: pytest.CaptureFixture[str]
     assert main(argv) == 0
     out = capsys.readouterr().out
     assert f"--tag {TAG} --tag neuron-torch:latest" in out
+    assert "--network host" in out, "a release served on loopback needs the host network without asking"
     assert f"--secret id=ca,src={bundle}" in out and "--build-arg BASE_IMAGE=neuron-torch-base:debian12" in out
 
 

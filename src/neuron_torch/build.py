@@ -13,6 +13,7 @@ import shutil
 import subprocess
 from dataclasses import dataclass
 from pathlib import Path
+from urllib.parse import urlsplit
 
 from neuron_torch.cellinfo import cell_record, relative
 from neuron_torch.errors import NeuronTorchError
@@ -41,6 +42,12 @@ def default_tags(matrix: Matrix, cell: Cell) -> tuple[str, ...]:
     if cell.id == matrix.release.default_cell:
         tags.append(f"{IMAGE}:latest")
     return tuple(tags)
+
+
+def serves_on_loopback(matrix: Matrix) -> bool:
+    """True when the release's apt repo or an index is on this machine (the test bed, a local mirror)."""
+    urls = [matrix.apt.url, matrix.apt.key_url, *(index.url for index in matrix.indexes)]
+    return any(urlsplit(url).hostname in ("127.0.0.1", "localhost", "::1") for url in urls)
 
 
 def require_lock(matrix: Matrix, cell: Cell, lock: Path | None) -> Path:
@@ -92,6 +99,8 @@ def plan_image_build(
         command += ["--tag", tag]
     for key, value in arguments.items():
         command += ["--build-arg", f"{key}={value}"]
+    # Build containers reach a server on the host's loopback (the test bed, a local mirror) only on its network.
+    network = network or ("host" if serves_on_loopback(matrix) else None)
     if network:
         command += ["--network", network]
     if ca_bundle is not None:
