@@ -13,7 +13,7 @@ import subprocess
 import sys
 import urllib.request
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import pytest
@@ -207,3 +207,23 @@ def test_a_ca_bundle_is_only_a_build_secret(image: BuiltImage, tmp_path: Path) -
         assert scan_image(tag, ca.encode()) == []
     finally:
         docker("rmi", "-f", tag, check=False)
+
+
+def test_the_apt_key_is_checked_against_a_pinned_fingerprint(image: BuiltImage) -> None:
+    with urllib.request.urlopen(KEY_URL, timeout=10) as response:
+        key = response.read()
+    shown = subprocess.run(
+        ["gpg", "--batch", "--show-keys", "--with-colons"], input=key, capture_output=True, check=True
+    ).stdout.decode()
+    served = next(line.split(":")[9] for line in shown.splitlines() if line.startswith("fpr:"))
+    wrong = served[::-1]
+    cell = image.matrix.cell(CELL)
+    for fingerprint, ok in ((served, True), (wrong, False)):
+        matrix = replace(image.matrix, apt=replace(image.matrix.apt, key_fingerprint=fingerprint))
+        build = plan_image_build(matrix, cell, tags=("neuron-torch:key-test",), target="keyring")
+        result = subprocess.run(build.command, capture_output=True, text=True, env={"DOCKER_BUILDKIT": "1"})
+        output = result.stdout + result.stderr
+        assert (result.returncode == 0) is ok, output[-2000:]
+        if not ok:
+            assert f"is not the pinned {wrong}" in output
+    docker("rmi", "-f", "neuron-torch:key-test", check=False)

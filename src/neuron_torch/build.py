@@ -86,6 +86,7 @@ def plan_image_build(
     lock: Path | None = None,
     target: str | None = None,
     no_cache: bool = False,
+    proxy: dict[str, str] | None = None,
 ) -> ImageBuild:
     """Stage the cell's files and return the docker command that builds its image (nothing is built yet)."""
     lock_path = require_lock(matrix, cell, lock)
@@ -103,6 +104,8 @@ def plan_image_build(
     network = network or ("host" if serves_on_loopback(matrix) else None)
     if network:
         command += ["--network", network]
+    for key, value in (proxy or {}).items():
+        command += ["--build-arg", f"{key}={value}"]  # docker's predefined proxy ARGs: kept out of the image history
     if ca_bundle is not None:
         command += ["--secret", f"id=ca,src={ca_bundle.resolve()}"]
     if target:

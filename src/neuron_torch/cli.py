@@ -143,13 +143,20 @@ def cmd_manifest(args: argparse.Namespace, matrix: Matrix) -> int:
 
 
 def cmd_build_image(args: argparse.Namespace, matrix: Matrix) -> int:
+    from neuron_torch.mirror import apply_mirror, load_mirror, mirror_from_env
+
+    mirror = load_mirror(args.mirror) if args.mirror else mirror_from_env()
+    if mirror:
+        print(mirror.describe(), file=sys.stderr)
+    matrix = apply_mirror(matrix, mirror)
     cell = matrix.cell(args.cell)
     build = plan_image_build(
         matrix,
         cell,
         tags=tuple(args.tag),
         network=args.network,
-        ca_bundle=args.ca_bundle,
+        ca_bundle=args.ca_bundle or (mirror.ca_bundle if mirror else None),
+        proxy=mirror.proxy.env() if mirror else None,
         lock=args.lock,
         target=args.target,
         no_cache=args.no_cache,
@@ -258,6 +265,7 @@ def add_build_command(sub: argparse._SubParsersAction[argparse.ArgumentParser]) 
     p.add_argument("--network", help="build network, e.g. host to reach a mirror or the test bed on loopback")
     p.add_argument("--ca-bundle", type=Path, help="CA bundle (PEM) for TLS-intercepting proxies: a build secret only")
     p.add_argument("--lock", type=Path, help="the hash lock to install (default: the cell's lock path)")
+    p.add_argument("--mirror", type=Path, help="mirror settings file (default: $NEURON_TORCH_MIRROR)")
     p.add_argument("--target", help="stop at this Dockerfile stage (keyring, python, venv; default: the runtime image)")
     p.add_argument("--no-cache", action="store_true", help="rebuild every layer (the pip download cache is kept)")
     p.add_argument("--dry-run", action="store_true", help="print the docker command without running it")
