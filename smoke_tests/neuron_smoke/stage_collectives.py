@@ -33,8 +33,11 @@ def run(ctx: Context, log: StageLog) -> None:
     # Leave the workers a margin inside the stage deadline so their own timeout reports first.
     budget = max(5.0, ctx.options.timeout_s - 5.0)
     with tempfile.TemporaryDirectory(prefix="neuron-smoke-collectives-") as result_dir:
+        # One node: rendezvous on loopback by address. `--standalone` alone advertises the hostname, which does not
+        # resolve in a container without a network (`docker run --network none`), and the ranks then hang.
         cmd = [
-            sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={nproc}",
+            sys.executable, "-m", "torch.distributed.run", "--standalone", "--local-addr", "127.0.0.1",
+            f"--nproc_per_node={nproc}",
             "-m", "neuron_smoke.collective_worker", "--device", backend.name, "--process-group", pg,
             "--timeout", str(budget), "--result-dir", result_dir,
         ]  # fmt: skip
