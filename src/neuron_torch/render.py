@@ -83,7 +83,13 @@ def replace_section(text: str, name: str, body: str, matrix: Matrix) -> str:
     return pattern.sub(lambda _: f"{begin}\n{body}\n{end}", text, count=1)
 
 
-RENDERERS: list[Renderer] = [constraint_files, cell_files, readme_sections]
+def _ansible_vars(matrix: Matrix) -> dict[Path, str]:
+    from neuron_torch.render_ansible import ansible_vars
+
+    return ansible_vars(matrix)
+
+
+RENDERERS: list[Renderer] = [constraint_files, cell_files, readme_sections, _ansible_vars]
 
 
 def rendered(matrix: Matrix) -> dict[Path, str]:
