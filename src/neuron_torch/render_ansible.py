@@ -51,9 +51,8 @@ def ansible_data(matrix: Matrix) -> dict[str, Any]:
             },
             "indexes": [{"name": i.name, "url": i.url, "serves": list(i.serves)} for i in matrix.indexes],
             "uv": matrix.python_install.uv,
-            "cells": {
-                cell.id: {**cell_record(matrix, cell), "caveats": caveats(matrix, cell)} for cell in matrix.cells
-            },
+            "cells": {cell.id: cell_record(matrix, cell) for cell in matrix.cells},
+            "caveats": {cell.id: caveats(matrix, cell) for cell in matrix.cells},
             "unsupported": {
                 "python": {v: _refusal(matrix.require_python, v) for v in matrix.unsupported.python},
                 "os": {v: _refusal(matrix.operating_system, v) for v in matrix.unsupported.os},
