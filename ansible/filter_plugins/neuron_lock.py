@@ -71,10 +71,17 @@ def neuron_lock_groups(text: str, overrides: dict[str, str] | None = None) -> li
     return result
 
 
+def neuron_lock_missing(text: str, installed: list[dict[str, str]]) -> list[str]:
+    """The locked `name==version` entries that `installed` (pip list --format=json) lacks or holds at another version."""
+    have = {_canonical(item["name"]): item["version"] for item in installed}
+    return [f"{name}=={version}" for name, version in neuron_lock_versions(text).items() if have.get(name) != version]
+
+
 class FilterModule:
     def filters(self) -> dict[str, Any]:
         return {
             "neuron_lock_versions": neuron_lock_versions,
             "neuron_lock_indexes": neuron_lock_indexes,
             "neuron_lock_groups": neuron_lock_groups,
+            "neuron_lock_missing": neuron_lock_missing,
         }
