@@ -10,6 +10,7 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
+import re
 import shutil
 import subprocess
 import tomllib
@@ -241,7 +242,10 @@ def converged_image(test_release_vars: Path) -> Iterator[str]:
     output = result.stdout + result.stderr
     try:
         assert result.returncode == 0, output[-12000:]
-        assert "idempotence" in output and "Idempotence completed successfully" in output, output[-6000:]
+        for step in ("converge", "idempotence", "verify"):
+            assert re.search(rf"{step}\]?:? Executed: Successful", output), (
+                f"molecule {step} did not run: {output[-6000:]}"
+            )
         committed = run(["docker", "commit", "neuron-torch-molecule-debian12", CONVERGED_IMAGE], timeout=600)
         assert committed.returncode == 0, committed.stderr
     finally:
