@@ -23,3 +23,25 @@ if ! .venv/bin/python -c "import torch, sys; sys.exit(torch.__version__.split('+
   .venv/bin/python -m pip install --quiet "torch==$torch" ninja
 fi
 echo "dev-setup: .venv ready ($(.venv/bin/python --version), torch $torch)"
+# .venv-ansible: the Ansible controller (ansible-core needs Python >= 3.12), pinned by ansible/requirements-controller.txt.
+# NEURON_TORCH_SKIP_ANSIBLE=1 skips it.
+if [[ "${NEURON_TORCH_SKIP_ANSIBLE:-0}" != 1 ]]; then
+  ansible_python=${NEURON_TORCH_ANSIBLE_PYTHON:-}
+  if [[ -z "$ansible_python" ]]; then
+    for candidate in python3.12 python3.13 /root/.pyenv/versions/3.12.1/bin/python3.12; do
+      if command -v "$candidate" >/dev/null 2>&1; then ansible_python=$candidate; break; fi
+    done
+  fi
+  if [[ -z "$ansible_python" ]]; then
+    echo "dev-setup: no Python >= 3.12 for .venv-ansible; set NEURON_TORCH_ANSIBLE_PYTHON (skipping the Ansible venv)" >&2
+  else
+    [ -x .venv-ansible/bin/python ] || "$ansible_python" -m venv .venv-ansible
+    stamp=.venv-ansible/.requirements-controller.txt
+    if ! cmp -s ansible/requirements-controller.txt "$stamp"; then
+      .venv-ansible/bin/python -m pip install --quiet --upgrade pip
+      .venv-ansible/bin/python -m pip install --quiet -r ansible/requirements-controller.txt
+      cp ansible/requirements-controller.txt "$stamp"
+    fi
+    echo "dev-setup: .venv-ansible ready ($(.venv-ansible/bin/python --version), $(.venv-ansible/bin/ansible --version | head -1))"
+  fi
+fi

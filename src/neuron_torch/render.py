@@ -103,7 +103,20 @@ def _is_release_matrix(matrix: Matrix) -> bool:
     return matrix.path.resolve() == (matrix.root / "constraints" / "matrix.toml").resolve()
 
 
-RENDERERS: list[Renderer] = [constraint_files, cell_files, readme_sections, smoke_instance_facts, docker_args_files]
+def _ansible_vars(matrix: Matrix) -> dict[Path, str]:
+    from neuron_torch.render_ansible import ansible_vars
+
+    return ansible_vars(matrix)
+
+
+RENDERERS: list[Renderer] = [
+    constraint_files,
+    cell_files,
+    readme_sections,
+    smoke_instance_facts,
+    docker_args_files,
+    _ansible_vars,
+]
 
 
 def rendered(matrix: Matrix) -> dict[Path, str]:
