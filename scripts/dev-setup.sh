@@ -23,13 +23,18 @@ if ! .venv/bin/python -c "import torch, sys; sys.exit(torch.__version__.split('+
   .venv/bin/python -m pip install --quiet "torch==$torch" ninja
 fi
 echo "dev-setup: .venv ready ($(.venv/bin/python --version), torch $torch)"
+
 # .venv-ansible: the Ansible controller (ansible-core needs Python >= 3.12), pinned by ansible/requirements-controller.txt.
 # NEURON_TORCH_SKIP_ANSIBLE=1 skips it.
 if [[ "${NEURON_TORCH_SKIP_ANSIBLE:-0}" != 1 ]]; then
   ansible_python=${NEURON_TORCH_ANSIBLE_PYTHON:-}
   if [[ -z "$ansible_python" ]]; then
-    for candidate in python3.12 python3.13 /root/.pyenv/versions/3.12.1/bin/python3.12; do
-      if command -v "$candidate" >/dev/null 2>&1; then ansible_python=$candidate; break; fi
+    # pyenv's shims answer `command -v` even for versions they will not run: ask each candidate to run.
+    for candidate in python3.12 python3.13 "$(pyenv root 2>/dev/null)"/versions/3.1[23]*/bin/python3; do
+      if "$candidate" -c 'import sys; sys.exit(sys.version_info < (3, 12))' >/dev/null 2>&1; then
+        ansible_python=$candidate
+        break
+      fi
     done
   fi
   if [[ -z "$ansible_python" ]]; then
