@@ -180,7 +180,7 @@ def test_pytest_entry_runs_the_stages(base_env: dict[str, str], tmp_path: Path) 
         "NEURON_SMOKE_ARGS": "--stages environment,device,matmul,model,fallback",
     }
     proc = subprocess.run(
-        [sys.executable, "-m", "pytest", "-q", "-rs", "-p", "no:cacheprovider", str(REPO / "smoke_tests")],
+        [sys.executable, "-m", "pytest", "-q", "-rs", "-p", "no:cacheprovider", str(REPO / "smoke_tests" / "device")],
         env=env,
         cwd=tmp_path,
         capture_output=True,

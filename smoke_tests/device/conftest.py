@@ -1,4 +1,4 @@
-"""`pytest smoke_tests/`: the stages as tests on this machine. The device comes from NEURON_SMOKE_DEVICE (default
+"""`pytest smoke_tests/device`: the stages as tests on this machine. The device comes from NEURON_SMOKE_DEVICE (default
 neuron); any other verify-device options from NEURON_SMOKE_ARGS (e.g. "--cell-file /etc/neuron-torch/cell.json")."""
 
 from __future__ import annotations
@@ -11,7 +11,8 @@ from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+# The harness package sits one folder up; this suite must not need it installed.
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 warnings.filterwarnings("ignore", message="Failed to initialize NumPy")
 
 from neuron_smoke import models  # noqa: E402
