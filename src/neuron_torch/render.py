@@ -83,7 +83,14 @@ def replace_section(text: str, name: str, body: str, matrix: Matrix) -> str:
     return pattern.sub(lambda _: f"{begin}\n{body}\n{end}", text, count=1)
 
 
-RENDERERS: list[Renderer] = [constraint_files, cell_files, readme_sections]
+def packer_files(matrix: Matrix) -> dict[Path, str]:
+    """Packer variables per cell and the cell-id validation (neuron_torch.render_packer)."""
+    from neuron_torch.render_packer import packer_files as render_packer_files
+
+    return render_packer_files(matrix)
+
+
+RENDERERS: list[Renderer] = [constraint_files, cell_files, readme_sections, packer_files]
 
 
 def rendered(matrix: Matrix) -> dict[Path, str]:
