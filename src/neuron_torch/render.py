@@ -90,7 +90,13 @@ def packer_files(matrix: Matrix) -> dict[Path, str]:
     return render_packer_files(matrix)
 
 
-RENDERERS: list[Renderer] = [constraint_files, cell_files, readme_sections, packer_files]
+def _ansible_vars(matrix: Matrix) -> dict[Path, str]:
+    from neuron_torch.render_ansible import ansible_vars
+
+    return ansible_vars(matrix)
+
+
+RENDERERS: list[Renderer] = [constraint_files, cell_files, readme_sections, _ansible_vars, packer_files]
 
 
 def rendered(matrix: Matrix) -> dict[Path, str]:

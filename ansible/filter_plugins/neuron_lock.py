@@ -1,0 +1,80 @@
+"""Filters that read a neuron-torch hash lock (the `neuron-torch lock` format) inside playbooks.
+
+A lock entry is `name==version \\` followed by `--hash=...` lines and comments, one of which is `# from INDEX_URL`:
+the index the entry was locked from. Installing each index's entries with `--index-url` of that index alone (and
+`--no-deps`) keeps pip's index routing exactly as the lock recorded it.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+_ENTRY = re.compile(r"^(?P<name>[A-Za-z0-9][A-Za-z0-9._-]*)==(?P<version>[^\s\\;]+)")
+_FROM = re.compile(r"^\s*#\s*from\s+(?P<url>\S+)")
+_INDEX = re.compile(r"^#\s*index\s+(?P<name>[^:\s]+):\s*(?P<url>\S+)")
+
+
+def _canonical(name: str) -> str:
+    return re.sub(r"[-_.]+", "-", name).lower()
+
+
+def _entries(text: str) -> list[dict[str, Any]]:
+    entries: list[dict[str, Any]] = []
+    for line in text.splitlines():
+        match = _ENTRY.match(line)
+        if match:
+            entries.append({"name": _canonical(match["name"]), "version": match["version"], "lines": [line]})
+            continue
+        if not entries or not line.startswith((" ", "\t")):
+            continue
+        source = _FROM.match(line)
+        if source:
+            entries[-1]["index_url"] = source["url"]
+        elif line.strip().startswith("--hash"):
+            entries[-1]["lines"].append(line)
+    return entries
+
+
+def neuron_lock_versions(text: str) -> dict[str, str]:
+    """{canonical name: version} of every locked package."""
+    return {entry["name"]: entry["version"] for entry in _entries(text)}
+
+
+def neuron_lock_indexes(text: str) -> dict[str, str]:
+    """{index name: url} from the lock's header."""
+    return {m["name"]: m["url"] for m in map(_INDEX.match, text.splitlines()) if m}
+
+
+def neuron_lock_groups(text: str, overrides: dict[str, str] | None = None) -> list[dict[str, str]]:
+    """The lock split by the index each entry came from: [{name, url, requirements}] in the lock's index order.
+
+    `overrides` maps an index name (from the lock header) to a mirror URL.
+    """
+    overrides = overrides or {}
+    names = {url: name for name, url in neuron_lock_indexes(text).items()}
+    unknown = sorted(set(overrides) - set(names.values()))
+    if unknown:
+        raise ValueError(f"index override(s) {', '.join(unknown)} name no index of the lock ({', '.join(names.values())})")
+    groups: dict[str, list[str]] = {}
+    for entry in _entries(text):
+        url = entry.get("index_url")
+        if not url:
+            raise ValueError(f"lock entry {entry['name']} has no '# from INDEX_URL' line: regenerate the lock")
+        lines = entry["lines"]
+        lines = [line.rstrip(" \\") + " \\" for line in lines[:-1]] + [lines[-1].rstrip(" \\")]
+        groups.setdefault(url, []).append("\n".join(lines))
+    result = []
+    for url, requirements in groups.items():
+        name = names.get(url, url)
+        result.append({"name": name, "url": overrides.get(name, url), "requirements": "\n".join(requirements) + "\n"})
+    return result
+
+
+class FilterModule:
+    def filters(self) -> dict[str, Any]:
+        return {
+            "neuron_lock_versions": neuron_lock_versions,
+            "neuron_lock_indexes": neuron_lock_indexes,
+            "neuron_lock_groups": neuron_lock_groups,
+        }

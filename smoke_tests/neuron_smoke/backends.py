@@ -1,0 +1,135 @@
+"""One small table entry per backend: everything the stages need to know that differs between devices."""
+
+from __future__ import annotations
+
+import glob
+import importlib
+import os
+import shutil
+from dataclasses import dataclass, field
+
+import torch
+
+
+@dataclass(frozen=True)
+class Backend:
+    name: str
+    device_type: str
+    compile_backend: str
+    process_group: str
+    # Module whose import registers the device; it also provides op tracking when `tracks_fallback` is set.
+    module: str | None = None
+    tracks_fallback: bool = False
+    dev_glob: str | None = None
+    dev_glob_env: str | None = None
+    throughput_dtype: torch.dtype = torch.bfloat16
+    throughput_size: int = 4096
+    # Logical devices per instance type, for the device-count check.
+    devices_per_instance: dict[str, int] = field(default_factory=dict)
+    # Dense peak TFLOP/s per dtype, keyed by a substring of the device name (longest match wins).
+    peak_tflops: dict[str, dict[str, float]] = field(default_factory=dict)
+    missing_help: str = ""
+
+    def device_nodes(self) -> list[str] | None:
+        """Device files found, or None when this backend has none to look for."""
+        pattern = os.environ.get(self.dev_glob_env, self.dev_glob) if self.dev_glob_env else self.dev_glob
+        return None if pattern is None else sorted(glob.glob(pattern))
+
+    def import_module(self) -> object | None:
+        return importlib.import_module(self.module) if self.module else None
+
+    def device_count(self) -> int:
+        return 1 if self.device_type == "cpu" else torch.accelerator.device_count()
+
+    def synchronize(self) -> None:
+        if self.device_type != "cpu":
+            torch.accelerator.synchronize()
+
+    def peak_for(self, device_name: str, dtype: torch.dtype) -> float | None:
+        key = str(dtype).removeprefix("torch.")
+        for name in sorted(self.peak_tflops, key=len, reverse=True):
+            if name.lower() in device_name.lower():
+                return self.peak_tflops[name].get(key)
+        return None
+
+
+NEURON_MISSING_HELP = (
+    "Check on the host with `neuron-ls` (package aws-neuronx-tools); it must list at least one device. "
+    "The Neuron driver (aws-neuronx-dkms) must be installed and loaded on the host (`lsmod | grep neuron`): "
+    "a container cannot load it. In a container, pass each device through, e.g. "
+    "`docker run --device=/dev/neuron0 ...` (one --device per /dev/neuronN). TorchNeuron needs a Trn2 or Trn3 "
+    "instance, and the native torch-neuronx (2.13.3.x / 2.14.3.x), not the XLA-based 2.9.x."
+)
+
+NEURON = Backend(
+    name="neuron",
+    device_type="neuron",
+    compile_backend="neuron",
+    process_group="neuron",
+    module="torch_neuronx",
+    tracks_fallback=True,
+    dev_glob="/dev/neuron*",
+    dev_glob_env="NEURON_SMOKE_DEV_GLOB",
+    # trn2.48xlarge: 16 chips x 8 physical cores / LNC 2 = 64 ranks (NEURON-FACTS 9, BP-TRAIN).
+    # trn2.3xlarge: 1 chip assumed (UNCONFIRMED); trn2u.48xlarge assumed equal to trn2.48xlarge; Trn3 unknown.
+    devices_per_instance={"trn2.3xlarge": 4, "trn2.48xlarge": 64, "trn2u.48xlarge": 64},
+    # Trainium2 peak per logical core is not in the sources we could read; pass --peak-tflops to get a percentage.
+    peak_tflops={},
+    missing_help=NEURON_MISSING_HELP,
+)
+
+CUDA = Backend(
+    name="cuda",
+    device_type="cuda",
+    compile_backend="inductor",
+    process_group="nccl",
+    dev_glob="/dev/nvidia[0-9]*",
+    devices_per_instance={
+        "p4d.24xlarge": 8,
+        "p4de.24xlarge": 8,
+        "p5.48xlarge": 8,
+        "p5e.48xlarge": 8,
+        "p5en.48xlarge": 8,
+        "g5.xlarge": 1,
+        "g6.xlarge": 1,
+        "g6e.xlarge": 1,
+    },
+    # NVIDIA datasheets, dense (no sparsity) tensor-core bf16 and non-tensor fp32; H100 entry is the SXM part.
+    peak_tflops={
+        "H200": {"bfloat16": 989.0, "float32": 67.0},
+        "H100": {"bfloat16": 989.0, "float32": 67.0},
+        "H100 PCIe": {"bfloat16": 756.0, "float32": 51.0},
+        "A100": {"bfloat16": 312.0, "float32": 19.5},
+        "L40S": {"bfloat16": 362.0, "float32": 91.6},
+        "A10G": {"bfloat16": 70.0, "float32": 31.2},
+        "L4": {"bfloat16": 121.0, "float32": 30.3},
+    },
+    missing_help="Check with `nvidia-smi`; in a container run with `--gpus all` and the NVIDIA container toolkit.",
+)
+
+# aot_eager: Dynamo and AOT Autograd as on Neuron, without needing a C++ compiler or Inductor's compile time.
+CPU = Backend(
+    name="cpu",
+    device_type="cpu",
+    compile_backend="aot_eager",
+    process_group="gloo",
+    throughput_dtype=torch.float32,
+    throughput_size=1024,
+)
+
+BACKENDS: dict[str, Backend] = {b.name: b for b in (NEURON, CUDA, CPU)}
+
+
+def resolve(requested: str) -> Backend:
+    """`auto` picks neuron when its device files exist and torch_neuronx imports, then cuda, then cpu."""
+    if requested != "auto":
+        return BACKENDS[requested]
+    if NEURON.device_nodes() and importlib.util.find_spec("torch_neuronx") is not None:
+        return NEURON
+    if torch.cuda.is_available():
+        return CUDA
+    return CPU
+
+
+def have_tool(name: str) -> str | None:
+    return shutil.which(name)

@@ -1,0 +1,83 @@
+"""Finding the cell (the expected pins) and comparing installed versions against it."""
+
+from __future__ import annotations
+
+import fnmatch
+import json
+import os
+import re
+import shutil
+import subprocess
+from pathlib import Path
+from typing import Any
+
+from neuron_smoke.errors import UsageError
+
+DEFAULT_CELL_FILE = "/etc/neuron-torch/cell.json"
+# Cell key -> distribution name, for the pins every cell carries.
+PINNED = {"torch": "torch", "torch_neuronx": "torch-neuronx", "neuronx_cc": "neuronx-cc", "nki": "nki"}
+NEURON_DISTRIBUTIONS = frozenset({"torch-neuronx", "neuronx-cc", "nki"})
+
+
+def load_cell(cell_file: str | None, cell_id: str | None) -> tuple[dict[str, Any] | None, str | None]:
+    """The cell and where it came from: --cell-file, $NEURON_TORCH_CELL_FILE, --cell, then the installed file."""
+    path = cell_file or os.environ.get("NEURON_TORCH_CELL_FILE")
+    if path:
+        cell = _read(Path(path))
+        if cell_id and cell.get("id") != cell_id:
+            raise UsageError(f"--cell {cell_id} does not match the id {cell.get('id')!r} in {path}")
+        return cell, path
+    if cell_id:
+        return _from_cli(cell_id), f"neuron-torch cell {cell_id} --json"
+    default = Path(os.environ.get("NEURON_SMOKE_DEFAULT_CELL_FILE", DEFAULT_CELL_FILE))
+    if default.is_file():
+        return _read(default), str(default)
+    return None, None
+
+
+def _read(path: Path) -> dict[str, Any]:
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, json.JSONDecodeError) as exc:
+        raise UsageError(f"cannot read cell file {path}: {exc}") from exc
+    if not isinstance(data, dict) or "id" not in data:
+        raise UsageError(f"cell file {path} is not a cell (expected a JSON object with an 'id')")
+    return data
+
+
+def _from_cli(cell_id: str) -> dict[str, Any]:
+    exe = shutil.which("neuron-torch")
+    if exe is None:
+        raise UsageError(
+            f"--cell {cell_id}: the neuron-torch CLI is not on PATH to resolve it; pass --cell-file FILE "
+            "(the output of `neuron-torch cell ID --json`) instead"
+        )
+    proc = subprocess.run([exe, "cell", cell_id, "--json"], capture_output=True, text=True, timeout=60, check=False)
+    if proc.returncode != 0:
+        raise UsageError(f"`neuron-torch cell {cell_id} --json` failed: {proc.stderr.strip() or proc.stdout.strip()}")
+    try:
+        data = json.loads(proc.stdout)
+    except json.JSONDecodeError as exc:
+        raise UsageError(f"`neuron-torch cell {cell_id} --json` did not print JSON: {exc}") from exc
+    if not isinstance(data, dict):
+        raise UsageError(f"`neuron-torch cell {cell_id} --json` did not print a JSON object")
+    return data
+
+
+def normalize(name: str) -> str:
+    return re.sub(r"[-_.]+", "-", name).lower()
+
+
+def version_matches(installed: str, pin: str) -> bool:
+    """Exact match, or fnmatch for family patterns such as `2.14.3.0.*`."""
+    if any(c in pin for c in "*?["):
+        return fnmatch.fnmatchcase(installed, pin)
+    return installed == pin
+
+
+def expected_pins(cell: dict[str, Any]) -> dict[str, str]:
+    """Distribution name -> pin, from the cell's named pins and, when present, every entry of `locked`."""
+    pins = {dist: str(cell[key]) for key, dist in PINNED.items() if cell.get(key)}
+    for name, version in (cell.get("locked") or {}).items():
+        pins.setdefault(normalize(name), str(version))
+    return pins

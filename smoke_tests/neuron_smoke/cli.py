@@ -1,0 +1,128 @@
+"""`python -m neuron_smoke`: run the stages, print a summary, write --report/--junit, exit 0/1/2/3."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+from neuron_smoke import EXIT_USAGE
+from neuron_smoke.context import STAGE_NAMES, Options
+from neuron_smoke.errors import UsageError
+
+EPILOG = """exit codes: 0 all checks passed (skips allowed), 1 a check failed (or timed out),
+2 usage error, 3 the requested device is not present.
+env: NEURON_SMOKE_DEVICE (default --device), NEURON_TORCH_CELL_FILE (pins), NEURON_SMOKE_IMDS=0 (no IMDS lookup),
+NEURON_SMOKE_DEV_GLOB (where to look for Neuron device files, default /dev/neuron*)."""
+
+
+def _csv(value: str) -> list[str]:
+    return [v.strip() for v in value.split(",") if v.strip()]
+
+
+def _positive(kind: type) -> object:
+    def parse(value: str) -> object:
+        number = kind(value)
+        if number <= 0:
+            raise argparse.ArgumentTypeError(f"must be > 0: {value}")
+        return number
+
+    return parse
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="verify-device",
+        description="Prove a TorchNeuron (or CUDA/CPU) environment works, stage by stage.",
+        epilog=EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument(
+        "--device",
+        choices=("neuron", "cuda", "cpu", "auto"),
+        default=os.environ.get("NEURON_SMOKE_DEVICE", "neuron"),
+        help="default: neuron",
+    )
+    p.add_argument("--cell", help="cell ID, resolved with `neuron-torch cell ID --json`")
+    p.add_argument("--cell-file", help="cell JSON file (pins); see the README for the order of sources")
+    p.add_argument("--instance-type", help="instance type for the expected device count (default: from IMDS)")
+    p.add_argument("--expected-devices", type=_positive(int), help="expected device count (overrides the table)")
+    p.add_argument("--allow-fallback", type=_csv, default=[], metavar="OP1,OP2", help="ops allowed to run on the CPU")
+    p.add_argument("--model", metavar="PACKAGE.MODULE:FACTORY", help="your model for the model/fallback/compile stages")
+    p.add_argument("--report", type=Path, metavar="FILE", help="write the JSON report here")
+    p.add_argument("--junit", type=Path, metavar="FILE", help="write JUnit XML here")
+    p.add_argument("--timeout", type=_positive(float), default=300.0, metavar="SECONDS", help="per stage (300)")
+    p.add_argument("--stages", type=_csv, default=list(STAGE_NAMES), metavar="A,B", help="run only these stages")
+    p.add_argument("--iterations", type=_positive(int), default=10, help="timed calls for steady state (10)")
+    p.add_argument("--warmup", type=int, default=3, help="untimed calls before timing (3)")
+    p.add_argument("--throughput-size", type=_positive(int), help="N for the NxNxN throughput matmul")
+    p.add_argument("--peak-tflops", type=_positive(float), help="device peak TFLOP/s for the throughput dtype")
+    p.add_argument("--compile-backend", help="override the backend table's torch.compile backend")
+    p.add_argument("--matmul-tolerance-scale", type=_positive(float), default=1.0, help="multiplies the bound (1)")
+    p.add_argument("--model-rtol", type=_positive(float), default=1e-3, help="model/compile normwise rtol (1e-3)")
+    p.add_argument("--nproc", type=int, default=2, help="ranks for the collectives stage (2)")
+    return p
+
+
+def parse_options(argv: Sequence[str] | None) -> tuple[Options, argparse.Namespace]:
+    args = build_parser().parse_args(argv)
+    unknown = sorted(set(args.stages) - set(STAGE_NAMES))
+    if unknown:
+        raise UsageError(f"--stages: unknown stage(s) {', '.join(unknown)}; known: {', '.join(STAGE_NAMES)}")
+    if args.nproc < 2:
+        raise UsageError("--nproc must be at least 2")
+    from neuron_smoke.cells import load_cell
+
+    cell, source = load_cell(args.cell_file, args.cell)
+    options = Options(
+        device=args.device,
+        cell=cell,
+        cell_source=source,
+        instance_type=args.instance_type,
+        expected_devices=args.expected_devices,
+        allow_fallback=frozenset(args.allow_fallback),
+        model=args.model,
+        timeout_s=args.timeout,
+        stages=tuple(s for s in STAGE_NAMES if s in args.stages),
+        iterations=args.iterations,
+        warmup=args.warmup,
+        throughput_size=args.throughput_size,
+        peak_tflops=args.peak_tflops,
+        compile_backend=args.compile_backend,
+        matmul_tolerance_scale=args.matmul_tolerance_scale,
+        model_rtol=args.model_rtol,
+        nproc=args.nproc,
+    )
+    return options, args
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    try:
+        options, args = parse_options(argv)
+        from neuron_smoke import models
+
+        spec = models.load(options.model)
+    except UsageError as exc:
+        print(f"verify-device: error: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    import torch
+
+    from neuron_smoke import output
+    from neuron_smoke.backends import resolve
+    from neuron_smoke.suite import run_suite
+
+    output.print_header(options.device, resolve(options.device).name, torch.__version__)
+    report = run_suite(options, spec, output.print_stage)
+    output.print_footer(report)
+    if args.report:
+        output.write_json(report, args.report)
+    if args.junit:
+        output.write_junit(report, args.junit)
+    if any("timed out" in f for s in report.stages for f in s.failures):
+        # A hung stage's thread may never return; do not let interpreter shutdown wait on it.
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(report.exit_code)
+    return report.exit_code

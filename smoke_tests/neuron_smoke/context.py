@@ -1,0 +1,76 @@
+"""Options from the command line and the state the stages share during one run."""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass, field
+from typing import Any
+
+from neuron_smoke.backends import Backend
+from neuron_smoke.results import StageResult
+
+STAGE_NAMES = (
+    "environment",
+    "device",
+    "matmul",
+    "model",
+    "fallback",
+    "compile",
+    "dtype",
+    "collectives",
+    "throughput",
+)
+
+
+@dataclass
+class Options:
+    device: str = "neuron"
+    cell: dict[str, Any] | None = None
+    cell_source: str | None = None
+    instance_type: str | None = None
+    expected_devices: int | None = None
+    allow_fallback: frozenset[str] = frozenset()
+    model: str | None = None
+    timeout_s: float = 300.0
+    stages: tuple[str, ...] = STAGE_NAMES
+    iterations: int = 10
+    warmup: int = 3
+    throughput_size: int | None = None
+    peak_tflops: float | None = None
+    compile_backend: str | None = None
+    matmul_tolerance_scale: float = 1.0
+    model_rtol: float = 1e-3
+    nproc: int = 2
+
+
+@dataclass
+class StageLog:
+    """What a stage writes while it runs; the runner turns it into a StageResult."""
+
+    numbers: dict[str, Any] = field(default_factory=dict)
+    failures: list[str] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+    summary: str = ""
+
+    def fail(self, message: str) -> None:
+        self.failures.append(message)
+
+    def note(self, message: str) -> None:
+        self.notes.append(message)
+
+
+@dataclass
+class Context:
+    options: Options
+    backend: Backend
+    results: dict[str, StageResult] = field(default_factory=dict)
+    # Shared between stages: the matmul cases and the model run, so that `fallback` can repeat them.
+    shared: dict[str, Any] = field(default_factory=dict)
+    cancel: threading.Event = field(default_factory=threading.Event)
+
+    @property
+    def device(self) -> str:
+        return self.backend.device_type
+
+    def compile_backend(self) -> str:
+        return self.options.compile_backend or self.backend.compile_backend

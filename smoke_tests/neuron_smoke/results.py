@@ -1,0 +1,61 @@
+"""Stage results and the run report; the JSON written by --report is `Report.to_dict()`."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+PASS = "pass"
+FAIL = "fail"
+SKIP = "skip"
+
+
+@dataclass
+class StageResult:
+    name: str
+    title: str
+    status: str = SKIP
+    summary: str = ""
+    reason: str = ""
+    duration_s: float = 0.0
+    numbers: dict[str, Any] = field(default_factory=dict)
+    failures: list[str] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+    error: str | None = None
+    device_missing: bool = False
+
+    def message(self) -> str:
+        """The one line that says why the stage did not pass (or what it found, when it did)."""
+        if self.status == SKIP:
+            return self.reason
+        if self.status == FAIL:
+            more = f" (+{len(self.failures) - 1} more)" if len(self.failures) > 1 else ""
+            return (self.failures[0] + more) if self.failures else (self.error or "failed")
+        return self.summary
+
+
+@dataclass
+class Report:
+    schema: str
+    started: str
+    host: dict[str, Any]
+    versions: dict[str, Any]
+    device: dict[str, Any]
+    options: dict[str, Any]
+    stages: list[StageResult] = field(default_factory=list)
+    duration_s: float = 0.0
+    exit_code: int = 0
+
+    def stage(self, name: str) -> StageResult:
+        return next(s for s in self.stages if s.name == name)
+
+    def counts(self) -> dict[str, int]:
+        out = {PASS: 0, FAIL: 0, SKIP: 0}
+        for s in self.stages:
+            out[s.status] += 1
+        return out
+
+    def to_dict(self) -> dict[str, Any]:
+        data = asdict(self)
+        data["summary"] = self.counts()
+        return data

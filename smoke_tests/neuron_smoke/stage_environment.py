@@ -1,0 +1,94 @@
+"""Stage 1: Python and package versions against the cell's pins, and `pip check`."""
+
+from __future__ import annotations
+
+import platform
+import subprocess
+import sys
+from importlib import metadata
+
+from neuron_smoke import cells
+from neuron_smoke.context import Context, StageLog
+
+REPORTED = ("torch", "torch-neuronx", "neuronx-cc", "nki")
+
+
+def installed_version(dist: str) -> str | None:
+    try:
+        return metadata.version(dist)
+    except metadata.PackageNotFoundError:
+        return None
+
+
+def run(ctx: Context, log: StageLog) -> None:
+    on_neuron = ctx.backend.name == "neuron"
+    found = {"python": platform.python_version(), **{d: installed_version(d) for d in REPORTED}}
+    log.numbers["versions"] = {k: v or "not installed" for k, v in found.items()}
+    for dist in sorted(cells.NEURON_DISTRIBUTIONS):
+        if found[dist] is None and on_neuron:
+            log.fail(f"{dist} is not installed (required on neuron)")
+    _check_pins(ctx, log, on_neuron)
+    _pip_check(ctx, log)
+    if not log.summary:
+        log.summary = ", ".join(f"{k} {v or '-'}" for k, v in found.items())
+
+
+def _check_pins(ctx: Context, log: StageLog, on_neuron: bool) -> None:
+    cell = ctx.options.cell
+    if cell is None:
+        log.note(
+            "pins not checked: no cell given (--cell-file, NEURON_TORCH_CELL_FILE, --cell, or "
+            f"{cells.DEFAULT_CELL_FILE}); versions recorded only"
+        )
+        log.numbers["cell"] = None
+        return
+    log.numbers["cell"] = {"id": cell.get("id"), "source": ctx.options.cell_source}
+    mismatches: list[str] = []
+    want_python = str(cell.get("python", ""))
+    have_python = ".".join(platform.python_version_tuple()[:2])
+    if want_python and have_python != want_python:
+        mismatches.append(f"python {have_python} != {want_python}")
+    checked = 0
+    absent: list[str] = []
+    for dist, pin in sorted(cells.expected_pins(cell).items()):
+        have = installed_version(dist)
+        if have is None:
+            # Off Neuron the Neuron-only packages of a full lock may legitimately be absent.
+            if on_neuron or dist == "torch":
+                mismatches.append(f"{dist} not installed (pinned {pin})")
+            else:
+                absent.append(dist)
+            continue
+        checked += 1
+        if not cells.version_matches(have, pin):
+            mismatches.append(f"{dist} {have} != {pin}")
+    log.numbers["pins_checked"] = checked
+    log.numbers["pin_mismatches"] = mismatches
+    if absent:
+        log.numbers["pinned_not_installed"] = absent
+        log.note(f"not installed on {ctx.backend.name} (not a failure off Neuron): {', '.join(absent)}")
+    for m in mismatches:
+        log.fail(f"version drift from cell {cell.get('id')}: {m}")
+    log.summary = f"cell {cell.get('id')}: {checked} pins checked, {len(mismatches)} mismatched"
+
+
+def _pip_check(ctx: Context, log: StageLog) -> None:
+    try:
+        proc = subprocess.run(
+            [sys.executable, "-m", "pip", "check"],
+            capture_output=True,
+            text=True,
+            timeout=min(120.0, ctx.options.timeout_s),
+            check=False,
+        )
+    except subprocess.TimeoutExpired:
+        log.fail("pip check timed out")
+        return
+    output = (proc.stdout + proc.stderr).strip()
+    if "No module named pip" in output:
+        log.note("pip check not run: pip is not installed in this Python")
+        log.numbers["pip_check"] = "not run"
+        return
+    log.numbers["pip_check"] = "ok" if proc.returncode == 0 else output.splitlines()[:20]
+    if proc.returncode != 0:
+        log.fail(f"pip check: {output.splitlines()[0] if output else 'failed'}")

@@ -1,0 +1,90 @@
+"""The stages in order, with what each needs to have passed, and one full run producing a Report."""
+
+from __future__ import annotations
+
+import datetime
+import time
+from collections.abc import Callable
+from dataclasses import asdict
+
+import torch
+
+from neuron_smoke import (
+    EXIT_CHECK_FAILED,
+    EXIT_DEVICE_MISSING,
+    EXIT_OK,
+    stage_collectives,
+    stage_compile,
+    stage_device,
+    stage_dtype,
+    stage_environment,
+    stage_fallback,
+    stage_matmul,
+    stage_model,
+    stage_throughput,
+)
+from neuron_smoke.backends import resolve
+from neuron_smoke.context import Context, Options
+from neuron_smoke.host import host_facts
+from neuron_smoke.models import ModelSpec
+from neuron_smoke.results import FAIL, Report, StageResult
+from neuron_smoke.runner import Stage, run_all
+
+SCHEMA = "neuron-smoke/1"
+COMPUTE = ("environment", "device")
+
+STAGES = [
+    Stage("environment", "versions against the cell's pins, pip check", stage_environment.run),
+    Stage("device", "device files, neuron-ls, torch.accelerator, device count", stage_device.run),
+    Stage("matmul", "matmul vs float64 CPU reference", stage_matmul.run, COMPUTE),
+    Stage("model", "forward/backward/optimizer step vs CPU", stage_model.run, COMPUTE),
+    Stage("fallback", "ops that fell back to the CPU", stage_fallback.run, ("matmul", "model")),
+    Stage("compile", "torch.compile first call, steady state, vs eager", stage_compile.run, ("model",)),
+    Stage("dtype", "float64 and int64 behaviour (reported, never fails)", stage_dtype.run, COMPUTE),
+    Stage("collectives", "torchrun all_reduce over the process group", stage_collectives.run, COMPUTE),
+    Stage("throughput", "steady-state matmul TFLOP/s", stage_throughput.run, ("matmul",)),
+]
+
+
+def exit_code(results: list[StageResult]) -> int:
+    if any(r.device_missing for r in results):
+        return EXIT_DEVICE_MISSING
+    return EXIT_CHECK_FAILED if any(r.status == FAIL for r in results) else EXIT_OK
+
+
+def run_suite(options: Options, spec: ModelSpec, on_result: Callable[[StageResult], None]) -> Report:
+    backend = resolve(options.device)
+    ctx = Context(options=options, backend=backend)
+    ctx.shared["model_spec"] = spec
+    started = time.perf_counter()
+    report = Report(
+        schema=SCHEMA,
+        started=datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
+        host=host_facts(),
+        versions={"torch": torch.__version__},
+        device={
+            "requested": options.device,
+            "backend": backend.name,
+            "compile_backend": ctx.compile_backend(),
+            "process_group": backend.process_group,
+            "fallback_tracking": backend.module if backend.tracks_fallback else None,
+        },
+        options=_options_dict(options),
+    )
+    report.stages = run_all(STAGES, ctx, on_result)
+    env = ctx.results["environment"].numbers.get("versions")
+    if env:
+        report.versions = env
+    report.device["count"] = ctx.results["device"].numbers.get("device_count")
+    report.device["instance_type"] = options.instance_type or ctx.results["device"].numbers.get("instance_type")
+    report.duration_s = round(time.perf_counter() - started, 3)
+    report.exit_code = exit_code(report.stages)
+    return report
+
+
+def _options_dict(options: Options) -> dict[str, object]:
+    data = asdict(options)
+    data["cell"] = options.cell.get("id") if options.cell else None
+    data["allow_fallback"] = sorted(options.allow_fallback)
+    data["stages"] = list(options.stages)
+    return data

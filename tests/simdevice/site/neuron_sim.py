@@ -1,0 +1,80 @@
+"""Builds, loads and configures the simulated `neuron` PrivateUse1 device (tests only).
+
+The C++ extension is compiled once per (source, torch, Python) content hash into `build/simdevice/<hash>/`, so
+later test runs and the subprocesses they start load the cached library instead of rebuilding it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import sys
+from pathlib import Path
+
+import torch
+
+SOURCE = Path(__file__).resolve().parents[1] / "csrc" / "neuron_sim.cpp"
+REPO_ROOT = Path(__file__).resolve().parents[3]
+MATMUL_FAULTS = ("wrong_matmul", "hang")
+# What NEURON_SIM_FAULT=fallback makes fall back: ops the smoke suite's matmul and MLP certainly use.
+DEFAULT_FALLBACK_OPS = ("aten::addmm", "aten::gelu")
+
+_loaded = False
+
+
+def build_dir() -> Path:
+    base = Path(os.environ.get("NEURON_SIM_BUILD_DIR", REPO_ROOT / "build" / "simdevice"))
+    key = hashlib.sha256()
+    key.update(SOURCE.read_bytes())
+    key.update(f"{torch.__version__}|{sys.version_info[:2]}".encode())
+    return base / key.hexdigest()[:16]
+
+
+def library_path() -> Path:
+    return build_dir() / "neuron_sim.so"
+
+
+def build() -> Path:
+    """Compile the extension unless the cached build for this source and torch is present."""
+    target = library_path()
+    if target.exists():
+        return target
+    from torch.utils.cpp_extension import load
+
+    target.parent.mkdir(parents=True, exist_ok=True)
+    load(
+        name="neuron_sim",
+        sources=[str(SOURCE)],
+        build_directory=str(target.parent),
+        is_python_module=False,
+        extra_cflags=["-O1"],
+        verbose=False,
+    )
+    return target
+
+
+def load() -> None:
+    """Load the device library once, name the backend `neuron` and apply the fault settings from the env."""
+    global _loaded
+    if _loaded:
+        return
+    torch.ops.load_library(str(build()))
+    torch.utils.rename_privateuse1_backend("neuron")
+    torch.utils.generate_methods_for_privateuse1_backend()
+    _loaded = True
+    configure_from_env()
+
+
+def configure_from_env() -> None:
+    faults = {f.strip() for f in os.environ.get("NEURON_SIM_FAULT", "").split(",") if f.strip()}
+    unknown = faults - {"wrong_matmul", "hang", "fallback", "no_device"}
+    if unknown:
+        raise ValueError(f"unknown NEURON_SIM_FAULT value(s): {sorted(unknown)}")
+    devices = 0 if "no_device" in faults else int(os.environ.get("NEURON_SIM_DEVICES", "2"))
+    torch.ops.neuron_sim.configure(devices, "wrong_matmul" in faults, "hang" in faults)
+    fallback = os.environ.get("NEURON_SIM_FALLBACK_OPS")
+    if fallback is not None:
+        names = [n.strip() for n in fallback.split(",") if n.strip()]
+    else:
+        names = list(DEFAULT_FALLBACK_OPS) if "fallback" in faults else []
+    torch.ops.neuron_sim.set_fallback_set(names)
