@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import argparse
 import json
+import shlex
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from neuron_torch import __version__
+from neuron_torch.build import plan_image_build, run_image_build
 from neuron_torch.cellinfo import caveats, cell_record, install_route, relative
 from neuron_torch.check import problems
 from neuron_torch.errors import EXIT_FAILED, EXIT_OK, NeuronTorchError
@@ -140,6 +142,28 @@ def cmd_manifest(args: argparse.Namespace, matrix: Matrix) -> int:
     return EXIT_FAILED if args.strict and differing else EXIT_OK
 
 
+def cmd_build_image(args: argparse.Namespace, matrix: Matrix) -> int:
+    cell = matrix.cell(args.cell)
+    build = plan_image_build(
+        matrix,
+        cell,
+        tags=tuple(args.tag),
+        network=args.network,
+        ca_bundle=args.ca_bundle,
+        lock=args.lock,
+        target=args.target,
+    )
+    print("DOCKER_BUILDKIT=1 " + " ".join(shlex.quote(word) for word in build.command), flush=True)
+    if args.dry_run:
+        return EXIT_OK
+    status = run_image_build(build)
+    if status != 0:
+        print(f"neuron-torch: error: the image build of {cell.id} failed (docker exit {status})", file=sys.stderr)
+        return EXIT_FAILED
+    print(f"built {', '.join(build.tags)}")
+    return EXIT_OK
+
+
 def _parse_index(value: str) -> tuple[str, str]:
     name, sep, url = value.partition("=")
     if not sep or not name or not url:
@@ -190,7 +214,52 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true")
     p.add_argument("--strict", action="store_true", help="exit 1 when any pin differs")
     p.set_defaults(handler=cmd_manifest)
+    add_bundle_command(sub)
+    add_build_command(sub)
     return parser
+
+
+# --- bundle (issue 4: mirrors and offline bundles) -------------------------------------------------------------------
+def add_bundle_command(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """`neuron-torch bundle --cell ID --out DIR [--mirror FILE] [--host]`: an offline bundle of one cell."""
+    from neuron_torch.bundle import make_bundle
+    from neuron_torch.mirror import ENV_VAR, apply_mirror, load_mirror, mirror_from_env
+
+    def cmd_bundle(args: argparse.Namespace, matrix: Matrix) -> int:
+        mirror = load_mirror(args.mirror) if args.mirror else mirror_from_env()
+        if mirror:
+            print(mirror.describe(), file=sys.stderr)
+        mirrored = apply_mirror(matrix, mirror)
+        cell = mirrored.cell(args.cell)
+        scopes = ("image", "host") if args.host else ("image",)
+        manifest = make_bundle(mirrored, cell, args.out, mirror=mirror, lock_path=args.lock, scopes=scopes)
+        print(f"bundled {cell.id} -> {manifest.parent} (install: {manifest.parent}/install.sh)")
+        return EXIT_OK
+
+    p = sub.add_parser("bundle", help="an offline bundle of one cell: wheels, apt packages, checksums, manifest")
+    p.add_argument("--cell", required=True, help="cell id")
+    p.add_argument("--out", type=Path, required=True, help="a new folder for the bundle")
+    p.add_argument("--mirror", type=Path, help=f"mirror settings file (default: ${ENV_VAR})")
+    p.add_argument("--lock", type=Path, help="the lock to bundle (default: the cell's lock path)")
+    p.add_argument("--host", action="store_true", help="include host-scope apt packages (the DKMS driver)")
+    p.set_defaults(handler=cmd_bundle)
+
+
+# --- build image (issue 5: the container image) -----------------------------------------------------------------------
+def add_build_command(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    p = sub.add_parser("build", help="build an artifact of a cell (image)")
+    what = p.add_subparsers(dest="artifact", required=True, metavar="ARTIFACT")
+    p = what.add_parser(
+        "image", help="the cell's container image: tags neuron-torch:CELL (and :latest for the default)"
+    )
+    p.add_argument("--cell", required=True, help="cell id")
+    p.add_argument("--tag", action="append", default=[], help="tag with this instead of the default tags (repeatable)")
+    p.add_argument("--network", help="build network, e.g. host to reach a mirror or the test bed on loopback")
+    p.add_argument("--ca-bundle", type=Path, help="CA bundle (PEM) for TLS-intercepting proxies: a build secret only")
+    p.add_argument("--lock", type=Path, help="the hash lock to install (default: the cell's lock path)")
+    p.add_argument("--target", help="stop at this Dockerfile stage (keyring, python, venv; default: the runtime image)")
+    p.add_argument("--dry-run", action="store_true", help="print the docker command without running it")
+    p.set_defaults(handler=cmd_build_image)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -1,0 +1,129 @@
+# neuron-torch: one cell of the release as a container image (TorchNeuron venv, Neuron runtime, smoke tests).
+# Build it with `neuron-torch build image --cell ID`: every ARG below is rendered from constraints/matrix.toml
+# (images/docker/<cell>.args) and the cell's hash lock; a plain `docker build` without them fails on purpose.
+# Stages: keyring (verified apt key) -> python (the cell's interpreter) -> venv (hash-locked pip install)
+# -> runtime (non-root, no toolchain, no caches). The smoke tests are copied last so editing them rebuilds one layer.
+# A CA bundle for TLS-intercepting proxies is only ever a build secret (`--secret id=ca,src=FILE`), never a layer.
+
+ARG BASE_IMAGE=missing-build-arg-base-image
+
+FROM ${BASE_IMAGE} AS os
+SHELL ["/bin/bash", "-o", "pipefail", "-c"]
+ENV DEBIAN_FRONTEND=noninteractive
+# Install Debian/Ubuntu packages only when missing; a CA secret, when given, is trusted by apt in this RUN only.
+COPY images/docker/apt-install.sh /usr/local/lib/neuron-torch/apt-install.sh
+
+# The Neuron apt key, fetched and verified here so gnupg and curl stay out of the runtime stage.
+FROM os AS keyring
+SHELL ["/bin/bash", "-o", "pipefail", "-c"]
+ARG APT_KEY_URL
+ARG APT_KEY_FINGERPRINT=""
+RUN --mount=type=secret,id=ca \
+    /usr/local/lib/neuron-torch/apt-install.sh curl gnupg ca-certificates \
+    && if [ -s /run/secrets/ca ]; then export CURL_CA_BUNDLE=/run/secrets/ca; fi \
+    && curl -fsSL "$APT_KEY_URL" -o /tmp/key.asc \
+    && gpg --batch --dearmor -o /neuron.gpg /tmp/key.asc \
+    && found=$(gpg --batch --show-keys --with-colons /neuron.gpg | awk -F: '$1 == "fpr" {print $10; exit}') \
+    && echo "neuron apt key: $found" \
+    && if [ -n "$APT_KEY_FINGERPRINT" ] && [ "$found" != "$APT_KEY_FINGERPRINT" ]; then \
+         echo "apt key fingerprint $found is not the pinned $APT_KEY_FINGERPRINT" >&2; exit 1; fi
+
+# The cell's Python: the distro's own (route "distro"), or a standalone CPython installed by a pinned uv
+# (route "uv-standalone", python-build-standalone, installed under /opt/neuron-torch/python).
+FROM os AS python
+SHELL ["/bin/bash", "-o", "pipefail", "-c"]
+ARG PYTHON
+ARG PYTHON_ROUTE
+ARG UV_VERSION
+ARG PYPI_INDEX_URL
+RUN --mount=type=secret,id=ca \
+    if [ "$PYTHON_ROUTE" = distro ]; then \
+      /usr/local/lib/neuron-torch/apt-install.sh "python${PYTHON}" "python${PYTHON}-venv" \
+      && ln -s "/usr/bin/python${PYTHON}" /usr/local/bin/neuron-torch-python; \
+    elif [ "$PYTHON_ROUTE" = uv-standalone ]; then \
+      /usr/local/lib/neuron-torch/apt-install.sh python3 python3-venv ca-certificates \
+      && if [ -s /run/secrets/ca ]; then export PIP_CERT=/run/secrets/ca SSL_CERT_FILE=/run/secrets/ca; fi \
+      && python3 -m venv /tmp/uv \
+      && /tmp/uv/bin/pip install --no-cache-dir --index-url "$PYPI_INDEX_URL" "uv==${UV_VERSION}" \
+      && UV_PYTHON_INSTALL_DIR=/opt/neuron-torch/python /tmp/uv/bin/uv python install --no-cache "$PYTHON" \
+      && ln -s "$(UV_PYTHON_INSTALL_DIR=/opt/neuron-torch/python /tmp/uv/bin/uv python find "$PYTHON")" \
+           /usr/local/bin/neuron-torch-python \
+      && rm -rf /tmp/uv; \
+    else echo "unknown PYTHON_ROUTE '$PYTHON_ROUTE'" >&2; exit 1; fi \
+    && mkdir -p /opt/neuron-torch/python \
+    && neuron-torch-python --version
+
+# The venv, filled only from the cell's hash lock (--require-hashes --no-deps), then checked.
+FROM python AS venv
+SHELL ["/bin/bash", "-o", "pipefail", "-c"]
+ARG CELL_DIR
+ARG INDEX_URL
+ARG EXTRA_INDEX_URLS=""
+ARG PINS
+COPY images/docker/assert-pins.py /usr/local/lib/neuron-torch/assert-pins.py
+COPY ${CELL_DIR}/lock.txt /etc/neuron-torch/lock.txt
+RUN --mount=type=secret,id=ca --mount=type=cache,id=neuron-torch-pip,target=/root/.cache/pip \
+    if [ -s /run/secrets/ca ]; then export PIP_CERT=/run/secrets/ca; fi \
+    && neuron-torch-python -m venv /opt/neuron-torch/venv \
+    && PIP_CONFIG_FILE=/dev/null PIP_EXTRA_INDEX_URL="$EXTRA_INDEX_URLS" /opt/neuron-torch/venv/bin/pip install \
+         --disable-pip-version-check --require-hashes --no-deps --index-url "$INDEX_URL" -r /etc/neuron-torch/lock.txt \
+    && /opt/neuron-torch/venv/bin/pip check \
+    && /opt/neuron-torch/venv/bin/python /usr/local/lib/neuron-torch/assert-pins.py "$PINS"
+
+FROM os AS runtime
+SHELL ["/bin/bash", "-o", "pipefail", "-c"]
+ARG BASE_IMAGE
+ARG PYTHON
+ARG PYTHON_ROUTE
+ARG APT_URL
+ARG APT_KEYRING
+ARG APT_COMPONENT
+ARG APT_PACKAGES
+# The Neuron user-space packages (runtime, collectives, tools: scope "image"); the driver stays on the host.
+COPY --from=keyring /neuron.gpg ${APT_KEYRING}
+# APT_PACKAGES holds NAME=VERSION* pins: split into words with globbing off (set -f).
+# hadolint ignore=SC2086
+RUN --mount=type=secret,id=ca \
+    . /etc/os-release \
+    && echo "deb [signed-by=${APT_KEYRING}] ${APT_URL} ${VERSION_CODENAME} ${APT_COMPONENT}" \
+         > /etc/apt/sources.list.d/neuron.list \
+    && runtime=""; if [ "$PYTHON_ROUTE" = distro ]; then runtime="python${PYTHON}"; fi \
+    && set -f && /usr/local/lib/neuron-torch/apt-install.sh $runtime $APT_PACKAGES && set +f \
+    && rm /usr/local/lib/neuron-torch/apt-install.sh \
+    && useradd --create-home --uid 1000 --user-group --shell /bin/bash neuron
+COPY --from=python /opt/neuron-torch/python /opt/neuron-torch/python
+COPY --from=venv /opt/neuron-torch/venv /opt/neuron-torch/venv
+COPY --from=venv /etc/neuron-torch/lock.txt /etc/neuron-torch/lock.txt
+ENV PATH=/opt/neuron-torch/venv/bin:/opt/aws/neuron/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin \
+    LD_LIBRARY_PATH=/opt/aws/neuron/lib \
+    VIRTUAL_ENV=/opt/neuron-torch/venv \
+    PYTHONDONTWRITEBYTECODE=1 \
+    NEURON_TORCH_PYTHON=/opt/neuron-torch/venv/bin/python
+
+ARG CELL_ID
+ARG RELEASE
+ARG FAMILY
+ARG PINS
+LABEL org.opencontainers.image.title="neuron-torch" \
+      org.opencontainers.image.description="TorchNeuron (torch-neuronx) environment, cell ${CELL_ID}" \
+      org.opencontainers.image.version="${RELEASE}-${CELL_ID}" \
+      org.opencontainers.image.licenses="Apache-2.0" \
+      org.opencontainers.image.base.name="${BASE_IMAGE}" \
+      io.neuron-torch.cell="${CELL_ID}" \
+      io.neuron-torch.release="${RELEASE}" \
+      io.neuron-torch.family="${FAMILY}" \
+      io.neuron-torch.python="${PYTHON}" \
+      io.neuron-torch.pins="${PINS}" \
+      io.neuron-torch.apt-pins="${APT_PACKAGES}"
+
+# Changes most often, so last: the cell record, the entrypoint, verify-device and the smoke tests.
+ARG CELL_DIR
+COPY ${CELL_DIR}/cell.json /etc/neuron-torch/cell.json
+COPY images/docker/entrypoint.sh /usr/local/bin/neuron-torch-entrypoint
+COPY scripts/verify-device.sh /opt/neuron-torch/scripts/verify-device.sh
+RUN ln -s /opt/neuron-torch/scripts/verify-device.sh /usr/local/bin/verify-device
+COPY smoke_tests /opt/neuron-torch/smoke_tests
+USER 1000:1000
+WORKDIR /home/neuron
+ENTRYPOINT ["/usr/local/bin/neuron-torch-entrypoint"]
+CMD []

@@ -1,0 +1,108 @@
+"""`neuron-torch build image`: build one cell's container image from the Dockerfile with arguments from the matrix.
+
+The build arguments come from render_docker.build_args; the cell's hash lock and cell record are staged under
+build/image/ (inside the build context, see .dockerignore) and copied into the image at /etc/neuron-torch/.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import subprocess
+from dataclasses import dataclass
+from pathlib import Path
+
+from neuron_torch.cellinfo import cell_record, relative
+from neuron_torch.errors import NeuronTorchError
+from neuron_torch.lockfile import read_lock
+from neuron_torch.matrix import Cell, Matrix
+from neuron_torch.render_docker import build_args
+
+IMAGE = "neuron-torch"
+
+
+@dataclass(frozen=True)
+class ImageBuild:
+    cell: Cell
+    tags: tuple[str, ...]
+    command: tuple[str, ...]
+    stage_dir: Path
+
+
+def docker_binary() -> str:
+    # Debian's docker CLI builds with BuildKit; a docker without buildx (such as /usr/local/bin/docker here) cannot.
+    return "/usr/bin/docker" if Path("/usr/bin/docker").exists() else "docker"
+
+
+def default_tags(matrix: Matrix, cell: Cell) -> tuple[str, ...]:
+    tags = [f"{IMAGE}:{cell.id}"]
+    if cell.id == matrix.release.default_cell:
+        tags.append(f"{IMAGE}:latest")
+    return tuple(tags)
+
+
+def require_lock(matrix: Matrix, cell: Cell, lock: Path | None) -> Path:
+    path = lock or cell.lock_path
+    if path.is_file():
+        return path
+    message = (
+        f"cell {cell.id} has no lock at {relative(path, matrix)}: an image installs only from a hash lock. "
+        f"Run `neuron-torch lock --cell {cell.id}` where the indexes are reachable (or pass --lock FILE)."
+    )
+    if not cell.os.wheels_available:
+        message += f" Note: {cell.os.wheels_note}"
+    raise NeuronTorchError(message)
+
+
+def stage(matrix: Matrix, cell: Cell, lock: Path) -> Path:
+    """Write the lock and the cell record (with the locked versions) where the Dockerfile's COPY finds them."""
+    text = lock.read_text(encoding="utf-8")
+    digest = hashlib.sha256(text.encode()).hexdigest()[:12]
+    folder = matrix.root / "build" / "image" / f"{cell.id}-{digest}"
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "lock.txt").write_text(text, encoding="utf-8")
+    record = cell_record(matrix, cell)
+    record["locked"] = {package.name: package.version for package in read_lock(lock).packages}
+    (folder / "cell.json").write_text(json.dumps(record, indent=2) + "\n", encoding="utf-8")
+    return folder
+
+
+def plan_image_build(
+    matrix: Matrix,
+    cell: Cell,
+    *,
+    tags: tuple[str, ...] = (),
+    network: str | None = None,
+    ca_bundle: Path | None = None,
+    lock: Path | None = None,
+    target: str | None = None,
+) -> ImageBuild:
+    """Stage the cell's files and return the docker command that builds its image (nothing is built yet)."""
+    lock_path = require_lock(matrix, cell, lock)
+    if ca_bundle is not None and not ca_bundle.is_file():
+        raise NeuronTorchError(f"--ca-bundle {ca_bundle}: no such file")
+    stage_dir = stage(matrix, cell, lock_path)
+    tags = tags or default_tags(matrix, cell)
+    arguments = {**build_args(matrix, cell), "CELL_DIR": stage_dir.relative_to(matrix.root).as_posix()}
+    command = [docker_binary(), "build", "--file", str(matrix.root / "Dockerfile"), "--progress", "plain"]
+    for tag in tags:
+        command += ["--tag", tag]
+    for key, value in arguments.items():
+        command += ["--build-arg", f"{key}={value}"]
+    if network:
+        command += ["--network", network]
+    if ca_bundle is not None:
+        command += ["--secret", f"id=ca,src={ca_bundle.resolve()}"]
+    if target:
+        command += ["--target", target]
+    command.append(str(matrix.root))
+    return ImageBuild(cell=cell, tags=tags, command=tuple(command), stage_dir=stage_dir)
+
+
+def run_image_build(build: ImageBuild) -> int:
+    if shutil.which(build.command[0]) is None:
+        raise NeuronTorchError(f"{build.command[0]} not found: install docker (Debian: apt-get install docker.io)")
+    environment = {**os.environ, "DOCKER_BUILDKIT": "1"}
+    return subprocess.run(build.command, env=environment, check=False).returncode

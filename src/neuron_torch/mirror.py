@@ -1,0 +1,160 @@
+"""Mirror settings: where the apt repository, its key and the pip indexes live, plus an extra CA and proxies.
+
+One TOML file (see constraints/mirror.example.toml and docs/mirrors.md), named by `--mirror PATH` or the
+NEURON_TORCH_MIRROR environment variable. `apply_mirror` folds it into the matrix, so every consumer (lock, bundle,
+render) sees one release whose URLs are the mirror's; routing (which index serves which package) never changes.
+
+A CA bundle and proxy credentials are secrets of the build machine: they are passed to builders as build secrets
+or environment, never written into an image layer, an AMI or a generated file, and `redact` hides credentials in
+anything printed.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import tomllib
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit, urlunsplit
+
+from neuron_torch.errors import NeuronTorchError
+from neuron_torch.matrix import Index, Matrix
+
+ENV_VAR = "NEURON_TORCH_MIRROR"
+_FINGERPRINT = re.compile(r"^[0-9A-F]{40}$")
+
+
+@dataclass(frozen=True)
+class Proxy:
+    http: str = ""
+    https: str = ""
+    no_proxy: str = ""
+
+    def env(self) -> dict[str, str]:
+        """The proxy variables, both spellings, as curl, apt, pip and uv read them (secret: may hold credentials)."""
+        pairs = {"http_proxy": self.http, "https_proxy": self.https, "no_proxy": self.no_proxy}
+        return {k: v for name, value in pairs.items() if value for k, v in ((name, value), (name.upper(), value))}
+
+    def describe(self) -> str:
+        parts = [f"{name}={redact(value)}" for name, value in self.env().items() if name.islower()]
+        return ", ".join(parts) or "none"
+
+
+@dataclass(frozen=True)
+class Mirror:
+    path: Path | None = None
+    apt_url: str = ""
+    apt_key_url: str = ""
+    apt_key_fingerprint: str = ""
+    indexes: Mapping[str, str] = field(default_factory=dict)
+    ca_bundle: Path | None = None
+    proxy: Proxy = Proxy()
+
+    def describe(self) -> str:
+        """A printable summary with credentials redacted."""
+        lines = [f"mirror settings: {self.path or '(none)'}"]
+        if self.apt_url:
+            lines.append(f"  apt: {redact(self.apt_url)} (key {redact(self.apt_key_url) or 'from the release'})")
+        lines += [f"  index {name}: {redact(url)}" for name, url in self.indexes.items()]
+        lines.append(f"  CA bundle: {self.ca_bundle or 'none'}")
+        lines.append(f"  proxy: {self.proxy.describe()}")
+        return "\n".join(lines)
+
+
+def redact(url: str) -> str:
+    """`http://user:secret@proxy:3128` -> `http://user:***@proxy:3128`; anything without a password is unchanged."""
+    parts = urlsplit(url)
+    if parts.password is None:
+        return url
+    host = parts.hostname or ""
+    netloc = f"{parts.username}:***@{host}" + (f":{parts.port}" if parts.port else "")
+    return urlunsplit(parts._replace(netloc=netloc))
+
+
+def _str(data: Mapping[str, Any], key: str, where: str) -> str:
+    value = data.get(key, "")
+    if not isinstance(value, str):
+        raise NeuronTorchError(f"{where}: {key} must be a string, not {value!r}")
+    return value
+
+
+def load_mirror(path: Path | str) -> Mirror:
+    """Read mirror settings; relative CA paths are relative to the settings file."""
+    source = Path(path)
+    try:
+        data = tomllib.loads(source.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise NeuronTorchError(f"{source}: no such mirror settings file (from --mirror or ${ENV_VAR})") from None
+    except tomllib.TOMLDecodeError as error:
+        raise NeuronTorchError(f"{source}: not valid TOML: {error}") from None
+    unknown = set(data) - {"apt", "indexes", "ca_bundle", "proxy"}
+    if unknown:
+        raise NeuronTorchError(f"{source}: unknown key(s) {', '.join(sorted(unknown))}; see docs/mirrors.md")
+    apt = data.get("apt", {})
+    indexes = data.get("indexes", {})
+    proxy = data.get("proxy", {})
+    for name, table in (("apt", apt), ("indexes", indexes), ("proxy", proxy)):
+        if not isinstance(table, Mapping):
+            raise NeuronTorchError(f"{source}: [{name}] must be a table")
+    fingerprint = _str(apt, "key_fingerprint", f"{source} [apt]").replace(" ", "").upper()
+    if fingerprint and not _FINGERPRINT.match(fingerprint):
+        raise NeuronTorchError(f"{source}: [apt] key_fingerprint must be 40 hex digits, not {fingerprint!r}")
+    ca_text = _str(data, "ca_bundle", str(source))
+    ca_bundle = (source.parent / Path(ca_text).expanduser()) if ca_text else None
+    if ca_bundle is not None and not ca_bundle.is_file():
+        raise NeuronTorchError(f"{source}: ca_bundle {ca_bundle} does not exist (a PEM file of extra CAs)")
+    return Mirror(
+        path=source,
+        apt_url=_str(apt, "url", f"{source} [apt]").rstrip("/"),
+        apt_key_url=_str(apt, "key_url", f"{source} [apt]"),
+        apt_key_fingerprint=fingerprint,
+        indexes={name: _str(indexes, name, f"{source} [indexes]") for name in indexes},
+        ca_bundle=ca_bundle,
+        proxy=Proxy(
+            http=_str(proxy, "http", f"{source} [proxy]"),
+            https=_str(proxy, "https", f"{source} [proxy]"),
+            no_proxy=_str(proxy, "no_proxy", f"{source} [proxy]"),
+        ),
+    )
+
+
+def mirror_from_env(environ: Mapping[str, str] | None = None) -> Mirror | None:
+    """The mirror named by $NEURON_TORCH_MIRROR, or None when it is unset or empty."""
+    value = (os.environ if environ is None else environ).get(ENV_VAR, "")
+    return load_mirror(value) if value else None
+
+
+def apply_mirror(matrix: Matrix, mirror: Mirror | None) -> Matrix:
+    """The matrix with the mirror's URLs and key fingerprint; index names must be the release's."""
+    if mirror is None:
+        return matrix
+    names = {index.name for index in matrix.indexes}
+    unknown = set(mirror.indexes) - names
+    if unknown:
+        raise NeuronTorchError(
+            f"{mirror.path}: [indexes] names {', '.join(sorted(unknown))}, but the release's indexes are "
+            f"{', '.join(sorted(names))}"
+        )
+    apt = replace(
+        matrix.apt,
+        url=mirror.apt_url or matrix.apt.url,
+        key_url=mirror.apt_key_url or matrix.apt.key_url,
+        key_fingerprint=mirror.apt_key_fingerprint or matrix.apt.key_fingerprint,
+    )
+    indexes = tuple(Index(i.name, mirror.indexes.get(i.name, i.url), i.serves) for i in matrix.indexes)
+    return replace(matrix, apt=apt, indexes=indexes)
+
+
+def builder_settings(matrix: Matrix) -> dict[str, str]:
+    """The non-secret mirror settings under the names every builder reads (Dockerfile ARGs, Ansible, Packer)."""
+    settings = {
+        "NEURON_APT_URL": matrix.apt.url,
+        "NEURON_APT_KEY_URL": matrix.apt.key_url,
+        "NEURON_APT_KEY_FINGERPRINT": matrix.apt.key_fingerprint,
+    }
+    for index in matrix.indexes:
+        settings[f"NEURON_INDEX_{index.name.upper().replace('-', '_')}"] = index.url
+    return settings
