@@ -33,8 +33,8 @@ locals {
   playbook_vars = merge(
     {
       neuron_cell         = var.cell_id
-      neuron_torch_matrix = abspath("${var.repo_root}/${var.matrix_file}")
-      neuron_torch_lock   = abspath("${var.repo_root}/${var.lock_file}")
+      neuron_release_vars = abspath("${var.repo_root}/${var.ansible_vars_file}")
+      neuron_repo_root    = abspath(var.repo_root)
     },
     var.ansible_extra_vars,
   )
@@ -75,6 +75,7 @@ build {
     ]
     # Packer's SSH proxy offers only ssh-rsa keys and no SFTP server: allow the former, pipe files over exec.
     ansible_env_vars = [
+      "ANSIBLE_CONFIG=${abspath(var.repo_root)}/ansible/ansible.cfg",
       "ANSIBLE_HOST_KEY_CHECKING=False",
       "ANSIBLE_SSH_TRANSFER_METHOD=piped",
       "ANSIBLE_PIPELINING=True",

@@ -112,6 +112,11 @@ variable "lock_file" {
   description = "The cell's hash lock, relative to repo_root (neuron-torch lock --cell ID writes it)."
 }
 
+variable "ansible_vars_file" {
+  type        = string
+  description = "The release vars the playbook reads (neuron_release_vars), rendered from the same matrix."
+}
+
 # ---- Build settings ----
 variable "repo_root" {
   type        = string

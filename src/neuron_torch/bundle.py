@@ -196,7 +196,9 @@ def download_debs(
     files = []
     for package in packages:
         matches = [
-            s for s in available if s.get("Package") == package.name and s.get("Version", "").startswith(package.version)
+            s
+            for s in available
+            if s.get("Package") == package.name and s.get("Version", "").startswith(package.version)
         ]
         if not matches:
             raise NeuronTorchError(f"{package.apt_pin} is not in {matrix.apt.url} ({codename})", EXIT_FAILED)

@@ -97,7 +97,14 @@ def _ansible_vars(matrix: Matrix) -> dict[Path, str]:
     return ansible_vars(matrix)
 
 
-RENDERERS: list[Renderer] = [constraint_files, cell_files, readme_sections, docker_args_files, _ansible_vars, packer_files]
+RENDERERS: list[Renderer] = [
+    constraint_files,
+    cell_files,
+    readme_sections,
+    docker_args_files,
+    _ansible_vars,
+    packer_files,
+]
 
 
 def rendered(matrix: Matrix) -> dict[Path, str]:

@@ -13,6 +13,7 @@ from pathlib import Path
 
 from neuron_torch.cellinfo import relative
 from neuron_torch.matrix import Cell, Matrix
+from neuron_torch.render_ansible import ansible_vars_path
 
 CELL_ID_FILE = "cell-id.pkr.hcl"
 
@@ -74,6 +75,7 @@ def cell_variables(matrix: Matrix, cell: Cell) -> dict[str, str | bool | list[st
         "matrix_file": relative(matrix.path, matrix),
         "cell_file": relative(cell.generated_dir / f"{cell.id}.json", matrix),
         "lock_file": relative(cell.lock_path, matrix),
+        "ansible_vars_file": relative(ansible_vars_path(matrix), matrix),
     }
 
 
