@@ -56,7 +56,6 @@ source "docker" "local" {
 }
 
 build {
-  name    = "neuron-torch"
   sources = ["source.amazon-ebs.ubuntu", "source.docker.local"]
 
   # IMDSv2 must be enforced: a token-less metadata request has to be refused (401) on the build instance.

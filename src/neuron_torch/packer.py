@@ -1,7 +1,7 @@
 """Packer builds of a cell: stage the templates, `packer fmt -check` and `packer validate` first, then build.
 
     python -m neuron_torch.packer [--matrix M] validate [--cell ID|--all]
-    python -m neuron_torch.packer [--matrix M] build --cell ID [--only docker|amazon-ebs] [-- extra packer args]
+    python -m neuron_torch.packer [--matrix M] build --cell ID [--only docker|amazon-ebs] [-- more packer args]
 
 The templates live in `images/`. They are staged into `build/packer/templates/<matrix>/` so that a matrix other than
 the release (the test bed's) brings its own rendered `cell-id.pkr.hcl`, and so that Packer 1.6.6 (which has no
@@ -141,8 +141,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     p = sub.add_parser("build", help="validate, then packer build one cell")
     p.add_argument("--cell", required=True)
     p.add_argument("--only", choices=sorted(ONLY))
-    parser.add_argument("extra", nargs="*", help="more packer arguments after --, e.g. -var region=eu-west-1")
-    args = parser.parse_args(argv)
+    argv = list(sys.argv[1:] if argv is None else argv)
+    extra = argv[argv.index("--") + 1 :] if "--" in argv else []
+    args = parser.parse_args(argv[: argv.index("--")] if "--" in argv else argv)
+    args.extra = extra
     try:
         matrix = load_matrix(args.matrix)
         if args.command == "build":
