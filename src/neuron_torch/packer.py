@@ -71,7 +71,8 @@ def run(command: list[str], matrix: Matrix) -> int:
 
 
 def fmt_check(matrix: Matrix, packer: str = "packer") -> int:
-    folders = [matrix.root / "images", matrix.root / "images" / "cells", packer_dir(matrix), packer_dir(matrix) / "cells"]
+    images = matrix.root / "images"
+    folders = [images, images / "cells", images / "plugins", packer_dir(matrix), packer_dir(matrix) / "cells"]
     status = EXIT_OK
     for folder in dict.fromkeys(folders):
         if folder.is_dir() and run([packer, "fmt", "-check", "-diff", str(folder)], matrix) != 0:
