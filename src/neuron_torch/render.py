@@ -103,6 +103,13 @@ def _is_release_matrix(matrix: Matrix) -> bool:
     return matrix.path.resolve() == (matrix.root / "constraints" / "matrix.toml").resolve()
 
 
+def packer_files(matrix: Matrix) -> dict[Path, str]:
+    """Packer variables per cell and the cell-id validation (neuron_torch.render_packer)."""
+    from neuron_torch.render_packer import packer_files as render_packer_files
+
+    return render_packer_files(matrix)
+
+
 def _ansible_vars(matrix: Matrix) -> dict[Path, str]:
     from neuron_torch.render_ansible import ansible_vars
 
@@ -116,6 +123,7 @@ RENDERERS: list[Renderer] = [
     smoke_instance_facts,
     docker_args_files,
     _ansible_vars,
+    packer_files,
 ]
 
 

@@ -1,0 +1,205 @@
+# Inputs of the neuron-torch images. The cell's facts come from its rendered variables file
+# (images/cells/<cell>.pkrvars.hcl, from constraints/matrix.toml; `cell_id` is declared in cell-id.pkr.hcl);
+# the build's own settings (region, instance type, controller paths) have defaults below.
+
+# ---- Rendered per cell (do not pass by hand: use -var-file=images/cells/<cell>.pkrvars.hcl) ----
+variable "release" {
+  type        = string
+  description = "The Neuron release name of the matrix, e.g. neuron-2.33.0."
+}
+
+variable "release_version" {
+  type = string
+}
+
+variable "family" {
+  type        = string
+  description = "The torch-neuronx family of the cell, e.g. 2.14."
+}
+
+variable "python" {
+  type = string
+}
+
+variable "python_route" {
+  type        = string
+  description = "distro (the OS's own Python) or uv-standalone."
+}
+
+variable "uv_version" {
+  type = string
+}
+
+variable "os_id" {
+  type = string
+}
+
+variable "distro" {
+  type = string
+}
+
+variable "os_version" {
+  type = string
+}
+
+variable "codename" {
+  type = string
+}
+
+variable "base_image" {
+  type        = string
+  description = "The local Docker image the docker source starts from (never pulled)."
+}
+
+variable "source_ami_name" {
+  type        = string
+  description = "The exact name of the source AMI (Canonical's), pinned in the matrix; see scripts/refresh-source-ami.sh."
+  default     = ""
+}
+
+variable "source_ami_owner" {
+  type    = string
+  default = ""
+}
+
+variable "wheels_available" {
+  type = bool
+}
+
+variable "pins" {
+  type        = map(string)
+  description = "The cell's direct pip pins: name -> version (or family pattern fixed by the lock)."
+}
+
+variable "apt_url" {
+  type = string
+}
+
+variable "apt_key_url" {
+  type = string
+}
+
+variable "apt_keyring" {
+  type = string
+}
+
+variable "apt_pins" {
+  type        = map(string)
+  description = "Neuron apt packages: name -> version (installed as name=version*)."
+}
+
+variable "apt_scopes" {
+  type        = map(string)
+  description = "Neuron apt packages: name -> host or image."
+}
+
+variable "index_urls" {
+  type = map(string)
+}
+
+variable "matrix_file" {
+  type        = string
+  description = "The matrix the cell comes from, relative to repo_root."
+}
+
+variable "cell_file" {
+  type        = string
+  description = "The cell's rendered record (JSON), relative to repo_root."
+}
+
+variable "lock_file" {
+  type        = string
+  description = "The cell's hash lock, relative to repo_root (neuron-torch lock --cell ID writes it)."
+}
+
+variable "ansible_vars_file" {
+  type        = string
+  description = "The release vars the playbook reads (neuron_release_vars), rendered from the same matrix."
+}
+
+# ---- Build settings ----
+variable "repo_root" {
+  type        = string
+  description = "The neuron-torch checkout (paths above are relative to it). Run packer from it, or set it."
+  default     = "."
+}
+
+variable "build_dir" {
+  type        = string
+  description = "Where the manifest and the version-info JSON are written, relative to repo_root."
+  default     = "build/packer"
+}
+
+variable "region" {
+  type    = string
+  default = "us-east-1"
+}
+
+variable "instance_type" {
+  type        = string
+  description = "Build instance type. A trn2/trn3 type also runs verify-device on the build instance."
+  default     = "m6i.2xlarge"
+}
+
+variable "subnet_id" {
+  type        = string
+  description = "Subnet for the build instance (empty: the default VPC)."
+  default     = ""
+}
+
+variable "ssh_username" {
+  type    = string
+  default = "ubuntu"
+}
+
+variable "root_volume_size_gb" {
+  type        = number
+  description = "Size of the encrypted gp3 root volume."
+  default     = 512
+
+  validation {
+    condition     = var.root_volume_size_gb >= 512
+    error_message = "The root_volume_size_gb must be at least 512 (GB)."
+  }
+}
+
+variable "ami_name_prefix" {
+  type    = string
+  default = "neuron-torch"
+}
+
+variable "docker_repository" {
+  type        = string
+  description = "The docker source commits its image as <docker_repository>:<cell_id>."
+  default     = "neuron-torch-packer"
+}
+
+variable "playbook_file" {
+  type        = string
+  description = "The provisioning playbook (the same one the Ansible route runs), relative to repo_root."
+  default     = "ansible/playbooks/provision.yml"
+}
+
+variable "ansible_playbook_command" {
+  type        = string
+  description = "ansible-playbook of the controller venv (Python >= 3.12), relative to repo_root or absolute."
+  default     = ".venv-ansible/bin/ansible-playbook"
+}
+
+variable "ansible_extra_vars" {
+  type        = map(string)
+  description = "More playbook variables (mirror settings, CA bundle); they override the defaults of the build."
+  default     = {}
+}
+
+variable "testinfra_python" {
+  type        = string
+  description = "Python with pytest-testinfra on the controller, relative to repo_root or absolute."
+  default     = ".venv-ansible/bin/python"
+}
+
+variable "run_testinfra" {
+  type        = bool
+  description = "Run the shared testinfra suite (smoke_tests/infra) against the build before it is saved."
+  default     = true
+}

@@ -1,0 +1,166 @@
+"""Packer builds of a cell: stage the templates, `packer fmt -check` and `packer validate` first, then build.
+
+    python -m neuron_torch.packer [--matrix M] validate [--cell ID|--all]
+    python -m neuron_torch.packer [--matrix M] build --cell ID [--only docker|amazon-ebs] [-- more packer args]
+
+The templates live in `images/`. They are staged into `build/packer/templates/<matrix>/` so that a matrix other than
+the release (the test bed's) brings its own rendered `cell-id.pkr.hcl`, and so that Packer 1.6.6 (which has no
+`metadata_options`) can *validate* them with the marked IMDSv2 block left out. amazon-ebs builds need Packer >= 1.7.
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+import shutil
+import subprocess
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+from neuron_torch.cellinfo import relative
+from neuron_torch.errors import EXIT_FAILED, EXIT_OK, NeuronTorchError
+from neuron_torch.matrix import Cell, Matrix, load_matrix
+from neuron_torch.render import write_rendered
+from neuron_torch.render_packer import CELL_ID_FILE, packer_dir, packer_files, var_file_path
+
+ONLY = {"docker": "docker.local", "amazon-ebs": "amazon-ebs.ubuntu"}
+MODERN_MARKERS = re.compile(r"\n[ \t]*# BEGIN packer>=1\.7\n.*?\n[ \t]*# END packer>=1\.7\n", re.DOTALL)
+
+
+def packer_version(packer: str = "packer") -> tuple[int, ...]:
+    if not shutil.which(packer):
+        raise NeuronTorchError(f"{packer} is not on PATH: install Packer (>= 1.7 for AMIs; images/README.md)")
+    out = subprocess.run([packer, "version"], capture_output=True, text=True, check=False).stdout
+    found = re.search(r"(\d+)\.(\d+)\.(\d+)", out)
+    if not found:
+        raise NeuronTorchError(f"cannot read the version of {packer} from {out!r}")
+    return tuple(int(part) for part in found.groups())
+
+
+def is_legacy(version: tuple[int, ...]) -> bool:
+    """Packer before 1.7 (Debian's 1.6.6): no plugins, no metadata_options."""
+    return version < (1, 7)
+
+
+def stage_templates(matrix: Matrix, legacy: bool) -> Path:
+    """A template folder for this matrix: images/*.pkr.hcl with the matrix's own cell-id declaration."""
+    images = matrix.root / "images"
+    staged = matrix.root / "build" / "packer" / "templates" / matrix.path.stem
+    if staged.exists():
+        shutil.rmtree(staged)
+    staged.mkdir(parents=True)
+    for template in sorted(images.glob("*.pkr.hcl")):
+        text = template.read_text(encoding="utf-8")
+        if legacy:
+            text = MODERN_MARKERS.sub("\n", text)
+        (staged / template.name).write_text(text, encoding="utf-8")
+    (staged / CELL_ID_FILE).write_text(packer_files(matrix)[packer_dir(matrix) / CELL_ID_FILE], encoding="utf-8")
+    return staged
+
+
+def ensure_rendered(matrix: Matrix) -> None:
+    """The release's files are committed (render --check guards them); other matrices render at build time."""
+    if packer_dir(matrix) != matrix.root / "images":
+        write_rendered(matrix)
+
+
+def run(command: list[str], matrix: Matrix) -> int:
+    print("+ " + " ".join(command), flush=True)
+    return subprocess.run(command, cwd=matrix.root, check=False).returncode
+
+
+def fmt_check(matrix: Matrix, packer: str = "packer") -> int:
+    images = matrix.root / "images"
+    folders = [images, images / "cells", images / "plugins", packer_dir(matrix), packer_dir(matrix) / "cells"]
+    status = EXIT_OK
+    for folder in dict.fromkeys(folders):
+        if folder.is_dir() and run([packer, "fmt", "-check", "-diff", str(folder)], matrix) != 0:
+            status = EXIT_FAILED
+    return status
+
+
+def var_args(matrix: Matrix, cell_id: str) -> list[str]:
+    """-var-file for a cell; an id the matrix lacks still gets validated (and refused) through cell_id."""
+    cells = {cell.id: cell for cell in matrix.cells}
+    if cell_id in cells:
+        return [f"-var-file={var_file_path(matrix, cells[cell_id])}", f"-var=repo_root={matrix.root}"]
+    # Not a cell: borrow any cell's facts so that Packer reaches the cell_id validation and shows its reasons.
+    any_cell = matrix.cells[0]
+    return [f"-var-file={var_file_path(matrix, any_cell)}", f"-var=cell_id={cell_id}", f"-var=repo_root={matrix.root}"]
+
+
+def validate(matrix: Matrix, cell_id: str, packer: str = "packer", extra: Sequence[str] = ()) -> int:
+    legacy = is_legacy(packer_version(packer))
+    ensure_rendered(matrix)
+    staged = stage_templates(matrix, legacy)
+    return run([packer, "validate", *var_args(matrix, cell_id), *extra, str(staged)], matrix)
+
+
+def require_lock(matrix: Matrix, cell: Cell) -> None:
+    if cell.lock_path.is_file():
+        return
+    message = (
+        f"cell {cell.id} has no hash lock at {relative(cell.lock_path, matrix)}: run `neuron-torch lock --cell "
+        f"{cell.id}` where the indexes are reachable, then build again."
+    )
+    if not cell.os.wheels_available:
+        message += f" Note: {cell.os.wheels_note}"
+    raise NeuronTorchError(message)
+
+
+def build(
+    matrix: Matrix, cell_id: str, only: str | None = None, packer: str = "packer", extra: Sequence[str] = ()
+) -> int:
+    cell = matrix.cell(cell_id)  # an unsupported cell stops here with the matrix's reason
+    require_lock(matrix, cell)
+    version = packer_version(packer)
+    if only != "docker" and is_legacy(version):
+        raise NeuronTorchError(
+            f"Packer {'.'.join(map(str, version))} cannot build AMIs with IMDSv2 required (no metadata_options): "
+            "use Packer >= 1.7 with the plugins of images/plugins/required-plugins.pkr.hcl (`packer init "
+            "images/plugins`), or build only the local image: --only docker"
+        )
+    if fmt_check(matrix, packer) != 0:
+        raise NeuronTorchError("packer fmt -check failed (diff above): run `packer fmt images images/cells`")
+    if validate(matrix, cell.id, packer, extra) != 0:
+        raise NeuronTorchError(f"packer validate failed for {cell.id} (errors above)")
+    staged = matrix.root / "build" / "packer" / "templates" / matrix.path.stem
+    selection = [f"-only={ONLY[only]}"] if only else []
+    return run([packer, "build", *selection, *var_args(matrix, cell.id), *extra, str(staged)], matrix)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m neuron_torch.packer", description=__doc__.split("\n")[0])
+    parser.add_argument("--matrix", type=Path, help="release matrix (default: constraints/matrix.toml)")
+    parser.add_argument("--packer", default="packer", help="the packer executable")
+    sub = parser.add_subparsers(dest="command", required=True)
+    p = sub.add_parser("validate", help="packer fmt -check and packer validate, per cell")
+    which = p.add_mutually_exclusive_group(required=True)
+    which.add_argument("--cell")
+    which.add_argument("--all", action="store_true")
+    p = sub.add_parser("build", help="validate, then packer build one cell")
+    p.add_argument("--cell", required=True)
+    p.add_argument("--only", choices=sorted(ONLY))
+    argv = list(sys.argv[1:] if argv is None else argv)
+    extra = argv[argv.index("--") + 1 :] if "--" in argv else []
+    args = parser.parse_args(argv[: argv.index("--")] if "--" in argv else argv)
+    args.extra = extra
+    try:
+        matrix = load_matrix(args.matrix)
+        if args.command == "build":
+            return build(matrix, args.cell, args.only, args.packer, args.extra)
+        if args.cell:
+            matrix.cell(args.cell)
+        cells = [cell.id for cell in matrix.cells] if args.all else [args.cell]
+        status = fmt_check(matrix, args.packer)
+        for cell_id in cells:
+            status = validate(matrix, cell_id, args.packer, args.extra) or status
+        return status
+    except NeuronTorchError as error:
+        print(f"neuron-torch packer: error: {error}", file=sys.stderr)
+        return error.exit_code
+
+
+if __name__ == "__main__":
+    sys.exit(main())

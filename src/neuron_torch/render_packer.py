@@ -1,0 +1,138 @@
+"""Packer inputs rendered from the matrix: one variables file per cell and the cell-id validation.
+
+For the real release (constraints/matrix.toml) they go into `images/`: `images/cells/<cell>.pkrvars.hcl` and
+`images/cell-id.pkr.hcl` (the `cell_id` variable, whose validation lists the supported cells and the matrix's
+reasons for what it refuses). For any other matrix (the test bed's) they go under its generated folder, in
+`packer/`, where `neuron_torch.packer` stages a template folder from them. The output is `packer fmt`-clean.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from neuron_torch.cellinfo import relative
+from neuron_torch.matrix import Cell, Matrix
+from neuron_torch.render_ansible import ansible_vars_path
+
+CELL_ID_FILE = "cell-id.pkr.hcl"
+
+
+def hcl_string(value: str) -> str:
+    """An HCL quoted string: JSON escaping plus HCL's own template escapes."""
+    return json.dumps(value).replace("${", "$${").replace("%{", "%%{")
+
+
+def hcl_value(value: str | bool | list[str] | dict[str, str]) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, str):
+        return hcl_string(value)
+    if isinstance(value, list):
+        return "[" + ", ".join(hcl_string(v) for v in value) + "]"
+    return "{ " + ", ".join(f"{hcl_string(k)} = {hcl_string(v)}" for k, v in value.items()) + " }"
+
+
+def is_release_matrix(matrix: Matrix) -> bool:
+    return matrix.path.resolve() == (matrix.root / "constraints" / "matrix.toml").resolve()
+
+
+def packer_dir(matrix: Matrix) -> Path:
+    """Where the matrix's Packer inputs are rendered."""
+    return matrix.root / "images" if is_release_matrix(matrix) else matrix.generated_dir / "packer"
+
+
+def var_file_path(matrix: Matrix, cell: Cell) -> Path:
+    return packer_dir(matrix) / "cells" / f"{cell.id}.pkrvars.hcl"
+
+
+def cell_variables(matrix: Matrix, cell: Cell) -> dict[str, str | bool | list[str] | dict[str, str]]:
+    """Every fact the Packer templates need about a cell, in file order."""
+    apt = matrix.apt
+    return {
+        "cell_id": cell.id,
+        "release": matrix.release.name,
+        "release_version": matrix.release.version,
+        "family": cell.family.name,
+        "python": cell.python,
+        "python_route": cell.python_route,
+        "uv_version": matrix.python_install.uv,
+        "os_id": cell.os.id,
+        "distro": cell.os.distro,
+        "os_version": cell.os.version,
+        "codename": cell.os.codename,
+        "base_image": cell.os.base_image,
+        "source_ami_name": cell.os.source_ami_name,
+        "source_ami_owner": cell.os.source_ami_owner,
+        "wheels_available": cell.os.wheels_available,
+        "pins": dict(cell.pins),
+        "apt_url": apt.url,
+        "apt_key_url": apt.key_url,
+        "apt_keyring": apt.keyring,
+        "apt_pins": {p.name: p.version for p in apt.packages},
+        "apt_scopes": {p.name: p.scope for p in apt.packages},
+        "index_urls": {i.name: i.url for i in matrix.indexes},
+        "matrix_file": relative(matrix.path, matrix),
+        "cell_file": relative(cell.generated_dir / f"{cell.id}.json", matrix),
+        "lock_file": relative(cell.lock_path, matrix),
+        "ansible_vars_file": relative(ansible_vars_path(matrix), matrix),
+    }
+
+
+def cell_var_file(matrix: Matrix, cell: Cell) -> str:
+    from neuron_torch.render import header
+
+    values = cell_variables(matrix, cell)
+    width = max(len(name) for name in values)
+    lines = [
+        header(matrix).rstrip(),
+        f"# {matrix.release.name}, cell {cell.id}: packer build -var-file=THIS_FILE images/ (see images/README.md)",
+        *(f"{name.ljust(width)} = {hcl_value(value)}" for name, value in values.items()),
+    ]
+    return "\n".join(lines) + "\n"
+
+
+def refusals(matrix: Matrix) -> list[str]:
+    """The matrix's reasons for what it does not support, one phrase each."""
+    groups = {"os": "OS", "python": "Python", "instance_families": "instance family", "arch": "architecture"}
+    return [
+        f"{label} {key}: {reason}"
+        for group, label in groups.items()
+        for key, reason in getattr(matrix.unsupported, group).items()
+    ]
+
+
+def cell_id_declaration(matrix: Matrix) -> str:
+    """The `cell_id` variable: building a cell the matrix does not support fails validation with its reasons."""
+    from neuron_torch.render import header
+
+    cells = [cell.id for cell in matrix.cells]
+    message = (
+        f"The cell_id must be a cell of {matrix.release.name}: {', '.join(cells)}. "
+        f"Not supported ({matrix.path.name}): {'; '.join(refusals(matrix))}. "
+        f"Run `neuron-torch cell ID` for the reason a cell is refused."
+    )
+    return (
+        "\n".join(
+            [
+                header(matrix).rstrip(),
+                f"# The cells of {matrix.release.name} that Packer may build.",
+                'variable "cell_id" {',
+                "  type        = string",
+                f'  description = "The cell to build: one of the {len(cells)} cells of {matrix.release.name}."',
+                "",
+                "  validation {",
+                f"    condition     = contains({hcl_value(cells)}, var.cell_id)",
+                f"    error_message = {hcl_string(message)}",
+                "  }",
+                "}",
+            ]
+        )
+        + "\n"
+    )
+
+
+def packer_files(matrix: Matrix) -> dict[Path, str]:
+    files = {var_file_path(matrix, cell): cell_var_file(matrix, cell) for cell in matrix.cells}
+    files[packer_dir(matrix) / CELL_ID_FILE] = cell_id_declaration(matrix)
+    return files
