@@ -108,7 +108,8 @@ build {
       "RUN_TESTINFRA=${var.run_testinfra}",
       "TESTINFRA_PYTHON=${var.testinfra_python}",
       "TESTINFRA_HOSTS=docker://${build.ID}",
-      "TESTINFRA_TARGET=image",
+      # Ansible provisioned this container exactly as it provisions an AMI: it is checked as a host.
+      "TESTINFRA_TARGET=host",
       "CELL_FILE=${var.repo_root}/${var.cell_file}",
       "LOCK_FILE=${var.repo_root}/${var.lock_file}",
       "REPORT_DIR=${local.build_dir}",
