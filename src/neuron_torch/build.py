@@ -55,7 +55,7 @@ def require_lock(matrix: Matrix, cell: Cell, lock: Path | None) -> Path:
     if path.is_file():
         return path
     message = (
-        f"cell {cell.id} has no lock at {relative(path, matrix)}: an image installs only from a hash lock. "
+        f"cell {cell.id} has no lock at {relative(path, matrix)}: images and AMIs install only from a hash lock. "
         f"Run `neuron-torch lock --cell {cell.id}` where the indexes are reachable (or pass --lock FILE)."
     )
     if not cell.os.wheels_available:

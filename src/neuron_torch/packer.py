@@ -18,9 +18,9 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from neuron_torch.cellinfo import relative
+from neuron_torch.build import require_lock
 from neuron_torch.errors import EXIT_FAILED, EXIT_OK, NeuronTorchError
-from neuron_torch.matrix import Cell, Matrix, load_matrix
+from neuron_torch.matrix import Matrix, load_matrix
 from neuron_torch.render import write_rendered
 from neuron_torch.render_packer import CELL_ID_FILE, packer_dir, packer_files, var_file_path
 
@@ -97,23 +97,10 @@ def validate(matrix: Matrix, cell_id: str, packer: str = "packer", extra: Sequen
     return run([packer, "validate", *var_args(matrix, cell_id), *extra, str(staged)], matrix)
 
 
-def require_lock(matrix: Matrix, cell: Cell) -> None:
-    if cell.lock_path.is_file():
-        return
-    message = (
-        f"cell {cell.id} has no hash lock at {relative(cell.lock_path, matrix)}: run `neuron-torch lock --cell "
-        f"{cell.id}` where the indexes are reachable, then build again."
-    )
-    if not cell.os.wheels_available:
-        message += f" Note: {cell.os.wheels_note}"
-    raise NeuronTorchError(message)
-
-
 def build(
     matrix: Matrix, cell_id: str, only: str | None = None, packer: str = "packer", extra: Sequence[str] = ()
 ) -> int:
     cell = matrix.cell(cell_id)  # an unsupported cell stops here with the matrix's reason
-    require_lock(matrix, cell)
     version = packer_version(packer)
     if only != "docker" and is_legacy(version):
         raise NeuronTorchError(
@@ -121,6 +108,7 @@ def build(
             "use Packer >= 1.7 with the plugins of images/plugins/required-plugins.pkr.hcl (`packer init "
             "images/plugins`), or build only the local image: --only docker"
         )
+    require_lock(matrix, cell, None)
     if fmt_check(matrix, packer) != 0:
         raise NeuronTorchError("packer fmt -check failed (diff above): run `packer fmt images images/cells`")
     if validate(matrix, cell.id, packer, extra) != 0:
