@@ -13,7 +13,6 @@ from neuron_torch.mirror import (
     Mirror,
     Proxy,
     apply_mirror,
-    builder_settings,
     load_mirror,
     mirror_from_env,
     redact,
@@ -45,9 +44,7 @@ def test_defaults_are_the_release_urls(matrix: Matrix) -> None:
     unchanged = apply_mirror(matrix, Mirror())
     assert unchanged.apt == matrix.apt
     assert unchanged.indexes == matrix.indexes
-    settings = builder_settings(matrix)
-    assert settings["NEURON_APT_URL"] == "https://apt.repos.neuron.amazonaws.com"
-    assert settings["NEURON_INDEX_PYTORCH_CPU"] == "https://download.pytorch.org/whl/cpu"
+    assert unchanged.apt.url == "https://apt.repos.neuron.amazonaws.com"
 
 
 def test_partial_mirror_keeps_other_urls(matrix: Matrix, tmp_path: Path) -> None:

@@ -146,15 +146,3 @@ def apply_mirror(matrix: Matrix, mirror: Mirror | None) -> Matrix:
     )
     indexes = tuple(Index(i.name, mirror.indexes.get(i.name, i.url), i.serves) for i in matrix.indexes)
     return replace(matrix, apt=apt, indexes=indexes)
-
-
-def builder_settings(matrix: Matrix) -> dict[str, str]:
-    """The non-secret mirror settings under the names every builder reads (Dockerfile ARGs, Ansible, Packer)."""
-    settings = {
-        "NEURON_APT_URL": matrix.apt.url,
-        "NEURON_APT_KEY_URL": matrix.apt.key_url,
-        "NEURON_APT_KEY_FINGERPRINT": matrix.apt.key_fingerprint,
-    }
-    for index in matrix.indexes:
-        settings[f"NEURON_INDEX_{index.name.upper().replace('-', '_')}"] = index.url
-    return settings
