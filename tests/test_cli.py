@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from neuron_torch.cli import main
+from neuron_torch.matrix import Matrix
 
 CELL_FIELDS = {
     "id", "family", "python", "ubuntu", "codename", "torch", "torch_neuronx", "neuronx_cc", "nki",
@@ -160,3 +161,12 @@ def test_mirror_settings_reach_the_install_route_with_credentials_redacted(
     assert "s3cret" not in out + err
     # render and check always describe the release itself, never a user's mirror
     assert run(capsys, "render", "--check")[0] == 0
+
+
+def test_ci_workflow_matrix_is_rendered_from_the_release(repo: Path, matrix: Matrix) -> None:
+    text = (repo / ".github" / "workflows" / "cells.yml").read_text()
+    matrices = [
+        json.loads(line.split("cell:", 1)[1]) for line in text.splitlines() if line.strip().startswith("cell: [")
+    ]
+    assert matrices == [CELLS, [cell for cell in CELLS if cell.endswith("ubuntu26.04")]]
+    assert "Not built: ubuntu24.04: Neuron 2.33 publishes torch-neuronx wheels for Ubuntu 26.04 only" in text

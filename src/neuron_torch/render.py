@@ -14,6 +14,7 @@ from pathlib import Path
 from neuron_torch.cellinfo import caveats, cell_record
 from neuron_torch.errors import NeuronTorchError
 from neuron_torch.matrix import Matrix
+from neuron_torch.render_ci import workflow_files
 from neuron_torch.render_docker import docker_args_files
 
 Renderer = Callable[[Matrix], dict[Path, str]]
@@ -124,6 +125,7 @@ RENDERERS: list[Renderer] = [
     docker_args_files,
     _ansible_vars,
     packer_files,
+    workflow_files,
 ]
 
 
