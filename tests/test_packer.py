@@ -145,3 +145,10 @@ def test_docker_build_of_the_test_cell() -> None:
     )
     assert labels["neuron-torch.cell"] == TEST_CELL
     assert labels["neuron-torch.pin.torch"] == cell.family.torch_pin
+
+
+def test_cli_build_ami_refuses_an_unsupported_cell_with_the_matrix_reason(capsys: pytest.CaptureFixture[str]) -> None:
+    from neuron_torch.cli import main
+
+    assert main(["build", "ami", "--cell", "2.14-py3.12-ubuntu22.04"]) == 2
+    assert "Ubuntu 22.04 is end of support" in capsys.readouterr().err

@@ -19,6 +19,8 @@ from neuron_torch.manifest import compare, format_findings, read_manifest, relea
 from neuron_torch.matrix import Matrix, load_matrix
 from neuron_torch.mirror import ENV_VAR as MIRROR_ENV_VAR
 from neuron_torch.mirror import apply_mirror, load_mirror, mirror_from_env
+from neuron_torch.packer import ONLY as PACKER_SOURCES
+from neuron_torch.packer import build as build_ami
 from neuron_torch.render import stale_files, write_rendered
 
 Handler = Callable[[argparse.Namespace, Matrix], int]
@@ -268,6 +270,18 @@ def add_build_command(sub: argparse._SubParsersAction[argparse.ArgumentParser]) 
     p.add_argument("--no-cache", action="store_true", help="rebuild every layer (the pip download cache is kept)")
     p.add_argument("--dry-run", action="store_true", help="print the docker command without running it")
     p.set_defaults(handler=cmd_build_image)
+
+    p = what.add_parser(
+        "ami", help="the cell's AMI with Packer, after fmt -check and validate (--only docker: locally)"
+    )
+    p.add_argument("--cell", required=True, help="cell id")
+    p.add_argument("--only", choices=sorted(PACKER_SOURCES), help="build only this Packer source")
+    p.add_argument("--packer", default="packer", help="the packer executable")
+    p.set_defaults(handler=cmd_build_ami)
+
+
+def cmd_build_ami(args: argparse.Namespace, matrix: Matrix) -> int:
+    return build_ami(matrix, args.cell, args.only, args.packer)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
