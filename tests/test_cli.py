@@ -124,9 +124,8 @@ def test_generated_files_carry_the_header(repo: Path) -> None:
 
 
 def test_manifest_reports_no_native_torch_neuronx_in_2_32(capsys: pytest.CaptureFixture[str], repo: Path) -> None:
-    manifest = repo.parent / "shared" / "reference" / "n2-manifest-2.32.0.json"
-    if not manifest.is_file():
-        pytest.skip(f"AWS's reference manifest is not at {manifest} (it lives in the project's shared/ folder)")
+    manifest = repo / "constraints" / "reference" / "n2-manifest-2.32.0.json"  # AWS's real manifest, vendored
+    assert run(capsys, "manifest", "--release", "2.32.0") == run(capsys, "manifest", str(manifest))
     code, out, _ = run(capsys, "manifest", str(manifest), "--release", "2.32.0")
     assert code == 0
     assert "2.32.0 holds no native torch-neuronx 2.13" in out
@@ -170,3 +169,13 @@ def test_ci_workflow_matrix_is_rendered_from_the_release(repo: Path, matrix: Mat
     ]
     assert matrices == [CELLS, [cell for cell in CELLS if cell.endswith("ubuntu26.04")]]
     assert "Not built: ubuntu24.04: Neuron 2.33 publishes torch-neuronx wheels for Ubuntu 26.04 only" in text
+
+
+def test_edited_vendored_manifest_is_refused(capsys: pytest.CaptureFixture[str], release_copy: Path) -> None:
+    matrix = str(release_copy / "constraints" / "matrix.toml")
+    vendored = release_copy / "constraints" / "reference" / "n2-manifest-2.32.0.json"
+    vendored.write_text(vendored.read_text().replace('"2.27.5334.0"', '"2.28.7631.0"'))
+    code, _, err = run(capsys, "--matrix", matrix, "manifest")
+    assert code == 1
+    assert "n2-manifest-2.32.0.json: sha256" in err and "the vendored manifest changed" in err
+    assert run(capsys, "--matrix", matrix, "check")[0] == 1

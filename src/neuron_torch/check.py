@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 from neuron_torch.cellinfo import relative
+from neuron_torch.errors import NeuronTorchError
 from neuron_torch.lockfile import lock_problems, read_lock
+from neuron_torch.manifest import vendored_manifest
 from neuron_torch.matrix import Matrix
 from neuron_torch.render import stale_files
 
@@ -14,6 +16,11 @@ def problems(matrix: Matrix) -> list[str]:
         f"{relative(path, matrix)}: stale or missing generated file; run `neuron-torch render`"
         for path in stale_files(matrix)
     ]
+    if matrix.manifest is not None:
+        try:
+            vendored_manifest(matrix)
+        except NeuronTorchError as error:
+            found.append(str(error))
     cells = {cell.lock_path: cell for cell in matrix.cells}
     if matrix.locks_dir.is_dir():
         for path in sorted(matrix.locks_dir.glob("*.txt")):

@@ -15,7 +15,7 @@ from neuron_torch.cellinfo import caveats, cell_record, install_route, relative
 from neuron_torch.check import problems
 from neuron_torch.errors import EXIT_FAILED, EXIT_OK, NeuronTorchError
 from neuron_torch.lock import lock_cell
-from neuron_torch.manifest import compare, format_findings, read_manifest, release_packages
+from neuron_torch.manifest import compare, format_findings, read_manifest, release_packages, vendored_manifest
 from neuron_torch.matrix import Matrix, load_matrix
 from neuron_torch.mirror import ENV_VAR as MIRROR_ENV_VAR
 from neuron_torch.mirror import apply_mirror, load_mirror, mirror_from_env
@@ -135,8 +135,9 @@ def cmd_check(args: argparse.Namespace, matrix: Matrix) -> int:
 
 
 def cmd_manifest(args: argparse.Namespace, matrix: Matrix) -> int:
-    data = read_manifest(args.file)
-    release, packages = release_packages(data, args.file, args.release)
+    path = args.file or vendored_manifest(matrix)
+    data = read_manifest(path)
+    release, packages = release_packages(data, path, args.release)
     findings = compare(matrix, packages, release)
     if args.json:
         print(json.dumps([f.__dict__ for f in findings], indent=2))
@@ -218,7 +219,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(handler=cmd_check)
 
     p = sub.add_parser("manifest", help="compare the pins with AWS's release manifest (n2-manifest.json)")
-    p.add_argument("file", type=Path)
+    p.add_argument("file", type=Path, nargs="?", help="n2-manifest.json (default: the matrix's vendored copy)")
     p.add_argument("--release", help="Neuron release in the manifest (default: the manifest's own version)")
     p.add_argument("--json", action="store_true")
     p.add_argument("--strict", action="store_true", help="exit 1 when any pin differs")

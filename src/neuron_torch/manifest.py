@@ -7,12 +7,13 @@ and Python versions. This module reads that format and reports where the matrix 
 from __future__ import annotations
 
 import fnmatch
+import hashlib
 import json
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from neuron_torch.errors import NeuronTorchError
+from neuron_torch.errors import EXIT_FAILED, NeuronTorchError
 from neuron_torch.matrix import Matrix, canonical_name
 
 
@@ -29,6 +30,24 @@ class Finding:
     status: str  # "same", "differs", "missing"
     subject: str
     detail: str
+
+
+def vendored_manifest(matrix: Matrix) -> Path:
+    """The checkout's copy of AWS's manifest, after checking that it is the file the matrix names."""
+    if matrix.manifest is None:
+        raise NeuronTorchError(f"{matrix.path} vendors no manifest ([manifest]): pass the manifest FILE")
+    path = matrix.manifest.path
+    try:
+        digest = hashlib.sha256(path.read_bytes()).hexdigest()
+    except FileNotFoundError:
+        raise NeuronTorchError(f"{path}: the vendored manifest named in {matrix.path.name} is missing") from None
+    if digest != matrix.manifest.sha256:
+        raise NeuronTorchError(
+            f"{path}: sha256 {digest} is not the {matrix.manifest.sha256} that {matrix.path.name} records: "
+            "the vendored manifest changed; restore it, or update [manifest] sha256 with the new file",
+            EXIT_FAILED,
+        )
+    return path
 
 
 def read_manifest(path: Path) -> dict[str, Any]:

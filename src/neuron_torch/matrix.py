@@ -128,6 +128,14 @@ class Index:
 
 
 @dataclass(frozen=True)
+class VendoredManifest:
+    """AWS's release manifest as kept in the checkout, with the digest it must have."""
+
+    path: Path
+    sha256: str
+
+
+@dataclass(frozen=True)
 class Unsupported:
     instance_families: Mapping[str, str]
     os: Mapping[str, str]
@@ -189,6 +197,7 @@ class Matrix:
     unsupported: Unsupported
     generated_dir: Path
     locks_dir: Path
+    manifest: VendoredManifest | None = None
     cells: tuple[Cell, ...] = field(default=())
 
     @property
@@ -514,6 +523,13 @@ def _parse(data: Mapping[str, Any], path: Path) -> Matrix:
 
     indexes = _parse_indexes(r, data)
     forbidden = r.str_map(data, "forbidden")
+    manifest = None
+    if "manifest" in data:
+        table = r.table(data, "manifest")
+        digest = r.text(table, "sha256", "manifest.")
+        if not re.fullmatch(r"[0-9a-f]{64}", digest):
+            raise r.fail("manifest.sha256", "must be 64 lower-case hex digits")
+        manifest = VendoredManifest(root / r.text(table, "path", "manifest."), digest)
 
     matrix = Matrix(
         path=path,
@@ -531,6 +547,7 @@ def _parse(data: Mapping[str, Any], path: Path) -> Matrix:
         unsupported=unsupported,
         generated_dir=generated_dir,
         locks_dir=locks_dir,
+        manifest=manifest,
     )
     cells = tuple(
         Cell(family, python, system, packages, generated_dir, locks_dir)
