@@ -30,7 +30,3 @@ def problems(matrix: Matrix) -> list[str]:
                 continue
             found += lock_problems(read_lock(path), matrix, cell)
     return found
-
-
-def locked_cells(matrix: Matrix) -> list[str]:
-    return [cell.id for cell in matrix.cells if cell.lock_path.is_file()]
