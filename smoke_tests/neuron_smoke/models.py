@@ -41,7 +41,8 @@ class TinyBlock(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         x = x + self.down(nn.functional.gelu(self.up(self.norm(x))))
-        return self.head(x)
+        out: torch.Tensor = self.head(x)
+        return out
 
 
 def default_factory() -> tuple[nn.Module, tuple[torch.Tensor, ...], LossFn]:

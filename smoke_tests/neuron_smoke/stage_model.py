@@ -24,7 +24,7 @@ def train_step(spec: ModelSpec, device: str, ctx: Context | None = None) -> dict
     optimizer.zero_grad()
     output = model(*inputs)
     loss = spec.loss_fn(output)
-    loss.backward()
+    torch.autograd.backward(loss)
     grads = {n: p.grad.detach().cpu().clone() for n, p in model.named_parameters() if p.grad is not None}
     optimizer.step()
     if ctx is not None:
