@@ -5,12 +5,13 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from neuron_smoke import EXIT_USAGE
 from neuron_smoke.context import STAGE_NAMES, Options
 from neuron_smoke.errors import UsageError
+from neuron_smoke.launchers import LAUNCHERS, Launcher
 
 EPILOG = """exit codes: 0 all checks passed (skips allowed), 1 a check failed (or timed out),
 2 usage error, 3 the requested device is not present.
@@ -22,8 +23,8 @@ def _csv(value: str) -> list[str]:
     return [v.strip() for v in value.split(",") if v.strip()]
 
 
-def _positive(kind: type) -> object:
-    def parse(value: str) -> object:
+def _positive(kind: Callable[[str], float]) -> Callable[[str], float]:
+    def parse(value: str) -> float:
         number = kind(value)
         if number <= 0:
             raise argparse.ArgumentTypeError(f"must be > 0: {value}")
@@ -63,6 +64,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--matmul-tolerance-scale", type=_positive(float), default=1.0, help="multiplies the bound (1)")
     p.add_argument("--model-rtol", type=_positive(float), default=1e-3, help="model/compile normwise rtol (1e-3)")
     p.add_argument("--nproc", type=int, default=2, help="ranks for the collectives stage (2)")
+    p.add_argument(
+        "--launcher",
+        choices=LAUNCHERS,
+        default="fork",
+        help="how the collectives stage starts its ranks: fork (default, fast) or torchrun (the full launcher)",
+    )
     return p
 
 
@@ -94,6 +101,7 @@ def parse_options(argv: Sequence[str] | None) -> tuple[Options, argparse.Namespa
         matmul_tolerance_scale=args.matmul_tolerance_scale,
         model_rtol=args.model_rtol,
         nproc=args.nproc,
+        launcher=args.launcher,
     )
     return options, args
 
@@ -101,8 +109,23 @@ def parse_options(argv: Sequence[str] | None) -> tuple[Options, argparse.Namespa
 def main(argv: Sequence[str] | None = None) -> int:
     try:
         options, args = parse_options(argv)
-        from neuron_smoke import models
+    except UsageError as exc:
+        print(f"verify-device: error: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    from neuron_smoke.suite import start_launcher
 
+    launcher = start_launcher(options)
+    try:
+        return _run(options, args, launcher)
+    finally:
+        if launcher is not None:
+            launcher.close()
+
+
+def _run(options: Options, args: argparse.Namespace, launcher: Launcher | None) -> int:
+    from neuron_smoke import models
+
+    try:
         spec = models.load(options.model)
     except UsageError as exc:
         print(f"verify-device: error: {exc}", file=sys.stderr)
@@ -114,7 +137,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     from neuron_smoke.suite import run_suite
 
     output.print_header(options.device, resolve(options.device).name, torch.__version__)
-    report = run_suite(options, spec, output.print_stage)
+    report = run_suite(options, spec, output.print_stage, launcher)
     output.print_footer(report)
     if args.report:
         output.write_json(report, args.report)

@@ -1,4 +1,8 @@
-"""One rank of the collectives stage, started by torchrun: all_reduce(rank + 1) over the backend's process group."""
+"""One rank of the collectives stage: all_reduce(rank + 1) over the backend's process group.
+
+Started by torchrun (`python -m neuron_smoke.collective_worker ...`) or forked by the fork launcher (`run_rank`); either
+way the rank, world size and rendezvous address come from torchrun's environment variables.
+"""
 
 from __future__ import annotations
 
@@ -14,6 +18,31 @@ import torch.distributed as dist
 from neuron_smoke.backends import BACKENDS
 
 
+def run_rank(device_name: str, process_group: str, timeout_s: float, result_dir: Path) -> None:
+    backend = BACKENDS[device_name]
+    torch.set_num_threads(1)
+    backend.import_module()
+    rank, world, local = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"]), int(os.environ["LOCAL_RANK"])
+    device = torch.device("cpu") if backend.device_type == "cpu" else torch.device(backend.device_type, local)
+    if backend.device_type != "cpu":
+        torch.accelerator.set_device_index(local)
+    dist.init_process_group(
+        backend=process_group,
+        init_method="env://",
+        rank=rank,
+        world_size=world,
+        timeout=timedelta(seconds=timeout_s),
+    )
+    try:
+        value = torch.tensor([float(rank + 1)], device=device)
+        dist.all_reduce(value, op=dist.ReduceOp.SUM)
+        # One file per rank: the ranks' stdout interleaves, so printed results can be garbled.
+        result = {"rank": rank, "world_size": world, "value": value.cpu().item()}
+        (result_dir / f"rank-{rank}.json").write_text(json.dumps(result))
+    finally:
+        dist.destroy_process_group()
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--device", required=True, choices=sorted(BACKENDS))
@@ -21,27 +50,7 @@ def main() -> None:
     parser.add_argument("--timeout", type=float, default=60.0)
     parser.add_argument("--result-dir", required=True, type=Path)
     args = parser.parse_args()
-    backend = BACKENDS[args.device]
-    backend.import_module()
-    rank, world, local = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"]), int(os.environ["LOCAL_RANK"])
-    device = torch.device("cpu") if backend.device_type == "cpu" else torch.device(backend.device_type, local)
-    if backend.device_type != "cpu":
-        torch.accelerator.set_device_index(local)
-    dist.init_process_group(
-        backend=args.process_group,
-        init_method="env://",
-        rank=rank,
-        world_size=world,
-        timeout=timedelta(seconds=args.timeout),
-    )
-    try:
-        value = torch.tensor([float(rank + 1)], device=device)
-        dist.all_reduce(value, op=dist.ReduceOp.SUM)
-        # One file per rank: torchrun interleaves the ranks' stdout, so printed results can be garbled.
-        result = {"rank": rank, "world_size": world, "value": value.cpu().item()}
-        (args.result_dir / f"rank-{rank}.json").write_text(json.dumps(result))
-    finally:
-        dist.destroy_process_group()
+    run_rank(args.device, args.process_group, args.timeout, args.result_dir)
 
 
 if __name__ == "__main__":

@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-import threading
 from dataclasses import dataclass, field
 from typing import Any
 
 from neuron_smoke.backends import Backend
+from neuron_smoke.launchers import Launcher
 from neuron_smoke.results import StageResult
 
 STAGE_NAMES = (
@@ -41,6 +41,7 @@ class Options:
     matmul_tolerance_scale: float = 1.0
     model_rtol: float = 1e-3
     nproc: int = 2
+    launcher: str = "fork"
 
 
 @dataclass
@@ -66,7 +67,8 @@ class Context:
     results: dict[str, StageResult] = field(default_factory=dict)
     # Shared between stages: the matmul cases and the model run, so that `fallback` can repeat them.
     shared: dict[str, Any] = field(default_factory=dict)
-    cancel: threading.Event = field(default_factory=threading.Event)
+    # Starts the collectives stage's ranks; started before any stage runs (see launchers.py).
+    launcher: Launcher | None = None
 
     @property
     def device(self) -> str:

@@ -1,21 +1,16 @@
-"""Stage 8: `torchrun --nproc_per_node=N` all_reduce over the backend's process group; sum = N(N+1)/2."""
+"""Stage 8: all_reduce over the backend's process group across N ranks (forked or torchrun); sum = N(N+1)/2."""
 
 from __future__ import annotations
 
 import json
-import os
-import signal
-import subprocess
-import sys
 import tempfile
 from pathlib import Path
 
 import torch.distributed as dist
 
+from neuron_smoke import launchers
 from neuron_smoke.context import Context, StageLog
 from neuron_smoke.errors import Skip
-
-PACKAGE_ROOT = Path(__file__).resolve().parents[1]
 
 
 def run(ctx: Context, log: StageLog) -> None:
@@ -32,42 +27,34 @@ def run(ctx: Context, log: StageLog) -> None:
         return
     # Leave the workers a margin inside the stage deadline so their own timeout reports first.
     budget = max(5.0, ctx.options.timeout_s - 5.0)
+    launcher = ctx.launcher or launchers.TorchrunLauncher()
+    log.numbers = {"nproc": nproc, "process_group": pg, "launcher": launcher.name}
     with tempfile.TemporaryDirectory(prefix="neuron-smoke-collectives-") as result_dir:
-        # One node: rendezvous on loopback by address. `--standalone` alone advertises the hostname, which does not
-        # resolve in a container without a network (`docker run --network none`), and the ranks then hang.
-        cmd = [
-            sys.executable, "-m", "torch.distributed.run", "--standalone", "--local-addr", "127.0.0.1",
-            f"--nproc_per_node={nproc}",
-            "-m", "neuron_smoke.collective_worker", "--device", backend.name, "--process-group", pg,
-            "--timeout", str(budget), "--result-dir", result_dir,
-        ]  # fmt: skip
-        env = dict(os.environ)
-        env["PYTHONPATH"] = os.pathsep.join(p for p in (str(PACKAGE_ROOT), env.get("PYTHONPATH")) if p)
-        env.setdefault("OMP_NUM_THREADS", "1")
-        log.numbers = {"nproc": nproc, "process_group": pg, "command": " ".join(cmd)}
-        proc = subprocess.Popen(
-            cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True
-        )
-        try:
-            output, _ = proc.communicate(timeout=budget)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.communicate()
-            log.fail(f"torchrun all_reduce timed out after {budget:g}s")
+        job = launchers.RankJob(nproc, backend.name, pg, budget, Path(result_dir))
+        launched = launcher.launch(job, budget)
+        log.numbers["command"] = launched.command
+        if launched.timed_out:
+            log.fail(f"{launcher.name} all_reduce timed out after {budget:g}s: {_tail(launched.output)}")
             return
         results = [json.loads(f.read_text()) for f in sorted(Path(result_dir).glob("rank-*.json"))]
-    _check(log, output, proc.returncode, nproc, results)
+        output, returncode = launched.output, launched.returncode
+    _check(log, output, returncode, nproc, results, launcher.name)
 
 
-def _check(log: StageLog, output: str, returncode: int, nproc: int, results: list[dict[str, float]]) -> None:
+def _check(
+    log: StageLog, output: str, returncode: int, nproc: int, results: list[dict[str, float]], launcher: str
+) -> None:
     expected = nproc * (nproc + 1) / 2
     log.numbers["expected_sum"] = expected
     log.numbers["results"] = sorted(results, key=lambda r: r["rank"])
     if returncode != 0 or len(results) != nproc:
-        tail = "\n".join(output.strip().splitlines()[-15:])
-        log.fail(f"torchrun exited {returncode} with {len(results)}/{nproc} rank results: {tail}")
+        log.fail(f"ranks exited {returncode} with {len(results)}/{nproc} rank results: {_tail(output)}")
         return
     wrong = [r for r in results if r["value"] != expected]
     for r in wrong:
         log.fail(f"rank {r['rank']}: all_reduce sum {r['value']} != {expected}")
-    log.summary = f"all_reduce over {nproc} ranks = {expected:g} on every rank" if not wrong else ""
+    log.summary = f"all_reduce over {nproc} ranks ({launcher}) = {expected:g} on every rank" if not wrong else ""
+
+
+def _tail(output: str) -> str:
+    return "\n".join(output.strip().splitlines()[-15:])

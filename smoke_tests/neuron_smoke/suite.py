@@ -13,6 +13,7 @@ from neuron_smoke import (
     EXIT_CHECK_FAILED,
     EXIT_DEVICE_MISSING,
     EXIT_OK,
+    launchers,
     stage_collectives,
     stage_compile,
     stage_device,
@@ -26,6 +27,7 @@ from neuron_smoke import (
 from neuron_smoke.backends import resolve
 from neuron_smoke.context import Context, Options
 from neuron_smoke.host import host_facts
+from neuron_smoke.launchers import Launcher
 from neuron_smoke.models import ModelSpec
 from neuron_smoke.results import FAIL, Report, StageResult
 from neuron_smoke.runner import Stage, run_all
@@ -41,7 +43,7 @@ STAGES = [
     Stage("fallback", "ops that fell back to the CPU", stage_fallback.run, ("matmul", "model")),
     Stage("compile", "torch.compile first call, steady state, vs eager", stage_compile.run, ("model",)),
     Stage("dtype", "float64 and int64 behaviour (reported, never fails)", stage_dtype.run, COMPUTE),
-    Stage("collectives", "torchrun all_reduce over the process group", stage_collectives.run, COMPUTE),
+    Stage("collectives", "all_reduce across ranks over the process group", stage_collectives.run, COMPUTE),
     Stage("throughput", "steady-state matmul TFLOP/s", stage_throughput.run, ("matmul",)),
 ]
 
@@ -52,9 +54,34 @@ def exit_code(results: list[StageResult]) -> int:
     return EXIT_CHECK_FAILED if any(r.status == FAIL for r in results) else EXIT_OK
 
 
-def run_suite(options: Options, spec: ModelSpec, on_result: Callable[[StageResult], None]) -> Report:
+def start_launcher(options: Options) -> Launcher | None:
+    """The collectives launcher, when that stage is selected. Start it before loading the model or touching a device:
+    the fork launcher must be forked while this process is still single-threaded and device-free."""
+    return launchers.start(options.launcher) if "collectives" in options.stages else None
+
+
+def run_suite(
+    options: Options,
+    spec: ModelSpec,
+    on_result: Callable[[StageResult], None],
+    launcher: Launcher | None = None,
+) -> Report:
+    """One full run. Without a `launcher` one is started here (see `start_launcher`) and closed at the end."""
+    own = launcher is None
+    if own:
+        launcher = start_launcher(options)
+    try:
+        return _run(options, spec, on_result, launcher)
+    finally:
+        if own and launcher is not None:
+            launcher.close()
+
+
+def _run(
+    options: Options, spec: ModelSpec, on_result: Callable[[StageResult], None], launcher: Launcher | None
+) -> Report:
     backend = resolve(options.device)
-    ctx = Context(options=options, backend=backend)
+    ctx = Context(options=options, backend=backend, launcher=launcher)
     ctx.shared["model_spec"] = spec
     started = time.perf_counter()
     report = Report(

@@ -12,7 +12,7 @@ import pytest
 from tests.smoke.conftest import SIM_CELL, verify
 
 STAGES = ["environment", "device", "matmul", "model", "fallback", "compile", "dtype", "collectives", "throughput"]
-# The fault tests need no collectives run (a torchrun start costs seconds on a 2-core runner).
+# The fault tests concern the single-process stages; the collectives have their own tests (test_launchers.py).
 NO_COLLECTIVES = "--stages=environment,device,matmul,model,fallback,compile,dtype,throughput"
 SMALL = "--throughput-size=256"
 
