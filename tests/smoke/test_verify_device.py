@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import glob
 import json
+import subprocess
+import sys
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
@@ -147,6 +149,15 @@ def test_usage_errors_exit_2(base_env: dict[str, str], tmp_path: Path, args: lis
     run = verify(base_env, "--device", "cpu", *args, tmp=tmp_path)
     assert run.returncode == 2
     assert message in run.output
+
+
+def test_a_python_without_torch_is_a_usage_error(base_env: dict[str, str], tmp_path: Path) -> None:
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(tmp_path / "venv")], check=True)
+    env = {**base_env, "NEURON_TORCH_PYTHON": str(tmp_path / "venv" / "bin" / "python")}
+    run = verify(env, "--device", "cpu", tmp=tmp_path)
+    assert run.returncode == 2
+    assert "cannot import torch" in run.output and "NEURON_TORCH_PYTHON=" in run.output
+    assert "Traceback" not in run.output and run.report == {}
 
 
 def test_bring_your_own_model(sim_env: dict[str, str], tmp_path: Path) -> None:
