@@ -8,10 +8,11 @@ import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from neuron_smoke import EXIT_USAGE
+from neuron_smoke import EXIT_USAGE, output
 from neuron_smoke.context import STAGE_NAMES, Options
 from neuron_smoke.errors import UsageError
 from neuron_smoke.launchers import LAUNCHERS, Launcher
+from neuron_smoke.results import Report
 
 EPILOG = """exit codes: 0 all checks passed (skips allowed), 1 a check failed (or timed out),
 2 usage error, 3 the requested device is not present.
@@ -112,6 +113,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     except UsageError as exc:
         print(f"verify-device: error: {exc}", file=sys.stderr)
         return EXIT_USAGE
+    try:
+        import torch  # noqa: F401  (everything below needs it)
+    except ImportError as exc:
+        return _report_without_torch(options, args, exc)
     from neuron_smoke.suite import start_launcher
 
     launcher = start_launcher(options)
@@ -120,6 +125,25 @@ def main(argv: Sequence[str] | None = None) -> int:
     finally:
         if launcher is not None:
             launcher.close()
+
+
+def _report_without_torch(options: Options, args: argparse.Namespace, error: ImportError) -> int:
+    from neuron_smoke import output, torchless
+
+    report = torchless.report_for(options, error)
+    output.print_header(options.device, options.device, "not importable")
+    for stage in report.stages:
+        output.print_stage(stage)
+    output.print_footer(report)
+    _write(report, args)
+    return report.exit_code
+
+
+def _write(report: Report, args: argparse.Namespace) -> None:
+    if args.report:
+        output.write_json(report, args.report)
+    if args.junit:
+        output.write_junit(report, args.junit)
 
 
 def _run(options: Options, args: argparse.Namespace, launcher: Launcher | None) -> int:
@@ -132,17 +156,13 @@ def _run(options: Options, args: argparse.Namespace, launcher: Launcher | None) 
         return EXIT_USAGE
     import torch
 
-    from neuron_smoke import output
     from neuron_smoke.backends import resolve
     from neuron_smoke.suite import run_suite
 
     output.print_header(options.device, resolve(options.device).name, torch.__version__)
     report = run_suite(options, spec, output.print_stage, launcher)
     output.print_footer(report)
-    if args.report:
-        output.write_json(report, args.report)
-    if args.junit:
-        output.write_junit(report, args.junit)
+    _write(report, args)
     if any("timed out" in f for s in report.stages for f in s.failures):
         # A hung stage's thread may never return; do not let interpreter shutdown wait on it.
         sys.stdout.flush()

@@ -3,23 +3,15 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from neuron_smoke.backends import Backend
-from neuron_smoke.launchers import Launcher
-from neuron_smoke.results import StageResult
+from neuron_smoke.results import STAGE_TITLES, StageResult
 
-STAGE_NAMES = (
-    "environment",
-    "device",
-    "matmul",
-    "model",
-    "fallback",
-    "compile",
-    "dtype",
-    "collectives",
-    "throughput",
-)
+if TYPE_CHECKING:  # importing this module (and so parsing options) must not need torch
+    from neuron_smoke.backends import Backend
+    from neuron_smoke.launchers import Launcher
+
+STAGE_NAMES = tuple(STAGE_TITLES)
 
 
 @dataclass

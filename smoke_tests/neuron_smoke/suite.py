@@ -29,22 +29,24 @@ from neuron_smoke.context import Context, Options
 from neuron_smoke.host import host_facts
 from neuron_smoke.launchers import Launcher
 from neuron_smoke.models import ModelSpec
-from neuron_smoke.results import FAIL, Report, StageResult
+from neuron_smoke.results import FAIL, SCHEMA, STAGE_TITLES, Report, StageResult
 from neuron_smoke.runner import Stage, run_all
 
-SCHEMA = "neuron-smoke/1"
 COMPUTE = ("environment", "device")
 
 STAGES = [
-    Stage("environment", "versions against the cell's pins, pip check", stage_environment.run),
-    Stage("device", "device files, neuron-ls, torch.accelerator, device count", stage_device.run),
-    Stage("matmul", "matmul vs float64 CPU reference", stage_matmul.run, COMPUTE),
-    Stage("model", "forward/backward/optimizer step vs CPU", stage_model.run, COMPUTE),
-    Stage("fallback", "ops that fell back to the CPU", stage_fallback.run, ("matmul", "model")),
-    Stage("compile", "torch.compile first call, steady state, vs eager", stage_compile.run, ("model",)),
-    Stage("dtype", "float64 and int64 behaviour (reported, never fails)", stage_dtype.run, COMPUTE),
-    Stage("collectives", "all_reduce across ranks over the process group", stage_collectives.run, COMPUTE),
-    Stage("throughput", "steady-state matmul TFLOP/s", stage_throughput.run, ("matmul",)),
+    Stage(name, STAGE_TITLES[name], run, requires)
+    for name, run, requires in (
+        ("environment", stage_environment.run, ()),
+        ("device", stage_device.run, ()),
+        ("matmul", stage_matmul.run, COMPUTE),
+        ("model", stage_model.run, COMPUTE),
+        ("fallback", stage_fallback.run, ("matmul", "model")),
+        ("compile", stage_compile.run, ("model",)),
+        ("dtype", stage_dtype.run, COMPUTE),
+        ("collectives", stage_collectives.run, COMPUTE),
+        ("throughput", stage_throughput.run, ("matmul",)),
+    )
 ]
 
 

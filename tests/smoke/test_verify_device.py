@@ -151,13 +151,22 @@ def test_usage_errors_exit_2(base_env: dict[str, str], tmp_path: Path, args: lis
     assert message in run.output
 
 
-def test_a_python_without_torch_is_a_usage_error(base_env: dict[str, str], tmp_path: Path) -> None:
+def test_a_python_without_torch_fails_environment_and_still_reports(base_env: dict[str, str], tmp_path: Path) -> None:
     subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(tmp_path / "venv")], check=True)
     env = {**base_env, "NEURON_TORCH_PYTHON": str(tmp_path / "venv" / "bin" / "python")}
-    run = verify(env, "--device", "cpu", tmp=tmp_path)
-    assert run.returncode == 2
-    assert "cannot import torch" in run.output and "NEURON_TORCH_PYTHON=" in run.output
-    assert "Traceback" not in run.output and run.report == {}
+    junit = tmp_path / "junit.xml"
+    run = verify(env, "--device", "cpu", "--junit", str(junit), tmp=tmp_path)
+    assert run.returncode == 1
+    assert "Traceback" not in run.output
+    environment = run.stage("environment")
+    assert environment["status"] == "fail"
+    assert "cannot import torch" in environment["failures"][0] and "NEURON_TORCH_PYTHON=" in environment["failures"][0]
+    assert [s["name"] for s in run.report["stages"]] == STAGES
+    assert {s["reason"] for s in run.report["stages"][1:]} == {"skipped: torch is not importable"}
+    assert run.report["versions"]["torch"] == "not importable" and run.report["exit_code"] == 1
+    assert ET.parse(junit).getroot().get("failures") == "1"
+    # Usage errors are still usage errors without torch.
+    assert verify(env, "--stages", "warp", tmp=tmp_path).returncode == 2
 
 
 def test_bring_your_own_model(sim_env: dict[str, str], tmp_path: Path) -> None:
