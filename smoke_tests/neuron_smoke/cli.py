@@ -128,7 +128,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _report_without_torch(options: Options, args: argparse.Namespace, error: ImportError) -> int:
-    from neuron_smoke import output, torchless
+    from neuron_smoke import torchless
 
     report = torchless.report_for(options, error)
     output.print_header(options.device, options.device, "not importable")
