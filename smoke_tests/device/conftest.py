@@ -18,15 +18,11 @@ warnings.filterwarnings("ignore", message="Failed to initialize NumPy")
 from neuron_smoke import models  # noqa: E402
 from neuron_smoke.cli import parse_options  # noqa: E402
 from neuron_smoke.results import Report  # noqa: E402
-from neuron_smoke.suite import run_suite, start_launcher  # noqa: E402
+from neuron_smoke.suite import collectives_launcher, run_suite  # noqa: E402
 
 
 @pytest.fixture(scope="session")
 def smoke_report() -> Report:
     options, _ = parse_options(shlex.split(os.environ.get("NEURON_SMOKE_ARGS", "")))
-    launcher = start_launcher(options)  # before the model factory runs or a device is touched
-    try:
+    with collectives_launcher(options) as launcher:  # before the model factory runs or a device is touched
         return run_suite(options, models.load(options.model), lambda result: None, launcher)
-    finally:
-        if launcher is not None:
-            launcher.close()

@@ -117,14 +117,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         import torch  # noqa: F401  (everything below needs it)
     except ImportError as exc:
         return _report_without_torch(options, args, exc)
-    from neuron_smoke.suite import start_launcher
+    from neuron_smoke.suite import collectives_launcher
 
-    launcher = start_launcher(options)
-    try:
+    with collectives_launcher(options) as launcher:
         return _run(options, args, launcher)
-    finally:
-        if launcher is not None:
-            launcher.close()
 
 
 def _report_without_torch(options: Options, args: argparse.Namespace, error: ImportError) -> int:
@@ -163,9 +159,4 @@ def _run(options: Options, args: argparse.Namespace, launcher: Launcher | None) 
     report = run_suite(options, spec, output.print_stage, launcher)
     output.print_footer(report)
     _write(report, args)
-    if any("timed out" in f for s in report.stages for f in s.failures):
-        # A hung stage's thread may never return; do not let interpreter shutdown wait on it.
-        sys.stdout.flush()
-        sys.stderr.flush()
-        os._exit(report.exit_code)
     return report.exit_code

@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Protocol
 
 LAUNCHERS = ("fork", "torchrun")
+CLOSE_GRACE_S = 1.0
 KILL_GRACE_S = 5.0
 PACKAGE_ROOT = Path(__file__).resolve().parents[1]
 
@@ -146,32 +147,36 @@ class ForkLauncher:
         os.close(self._request)
         os.close(self._reply)
         # The launcher exits on EOF; reap it, and make sure it is gone.
-        try:
-            for _ in range(50):
-                if os.waitpid(self.pid, os.WNOHANG)[0]:
-                    return
-                time.sleep(0.02)
+        if not _reaped_within(self.pid, CLOSE_GRACE_S):
             self._kill()
-        except ChildProcessError:
-            pass
 
     def _kill(self) -> None:
         """SIGTERM: the launcher kills and reaps its ranks, then exits. If it does not, SIGKILL its process group."""
         try:
             os.kill(self.pid, signal.SIGTERM)
-            end = time.monotonic() + KILL_GRACE_S
-            while time.monotonic() < end:
-                if os.waitpid(self.pid, os.WNOHANG)[0]:
-                    return
-                time.sleep(0.02)
-            os.killpg(self.pid, signal.SIGKILL)
-            os.waitpid(self.pid, 0)
+            if not _reaped_within(self.pid, KILL_GRACE_S):
+                os.killpg(self.pid, signal.SIGKILL)
+                os.waitpid(self.pid, 0)
         except (ProcessLookupError, ChildProcessError):
             pass
 
 
 def start(name: str) -> Launcher:
     return ForkLauncher() if name == "fork" else TorchrunLauncher()
+
+
+def _reaped_within(pid: int, seconds: float) -> bool:
+    """Waits up to `seconds` for the child `pid` to exit and reaps it; True once it is gone."""
+    end = time.monotonic() + seconds
+    while True:
+        try:
+            if os.waitpid(pid, os.WNOHANG)[0]:
+                return True
+        except ChildProcessError:
+            return True
+        if time.monotonic() >= end:
+            return False
+        time.sleep(0.02)
 
 
 def _free_port() -> int:
@@ -226,7 +231,7 @@ def _serve(request_fd: int, reply_fd: int) -> None:
 
             signal.signal(signal.SIGTERM, kill_ranks)
             pids.extend(_fork_rank(rank, job) for rank in range(job["nproc"]))
-            codes = [_exit_status(os.waitpid(pid, 0)[1]) for pid in pids]
+            codes = [os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1]) for pid in pids]
             os.write(reply_fd, (json.dumps({"returncodes": codes}) + "\n").encode())
     except BaseException:
         traceback.print_exc()
@@ -264,7 +269,3 @@ def _fork_rank(rank: int, job: dict[str, object]) -> int:
         sys.stdout.flush()
         sys.stderr.flush()
         os._exit(code)
-
-
-def _exit_status(status: int) -> int:
-    return os.waitstatus_to_exitcode(status)

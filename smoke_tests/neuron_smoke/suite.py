@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import datetime
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import asdict
 
 import torch
@@ -56,10 +57,16 @@ def exit_code(results: list[StageResult]) -> int:
     return EXIT_CHECK_FAILED if any(r.status == FAIL for r in results) else EXIT_OK
 
 
-def start_launcher(options: Options) -> Launcher | None:
-    """The collectives launcher, when that stage is selected. Start it before loading the model or touching a device:
-    the fork launcher must be forked while this process is still single-threaded and device-free."""
-    return launchers.start(options.launcher) if "collectives" in options.stages else None
+@contextmanager
+def collectives_launcher(options: Options) -> Iterator[Launcher | None]:
+    """The collectives launcher, when that stage is selected, closed on exit. Enter it before loading the model or
+    touching a device: the fork launcher must be forked while this process is still single-threaded and device-free."""
+    launcher = launchers.start(options.launcher) if "collectives" in options.stages else None
+    try:
+        yield launcher
+    finally:
+        if launcher is not None:
+            launcher.close()
 
 
 def run_suite(
@@ -68,15 +75,11 @@ def run_suite(
     on_result: Callable[[StageResult], None],
     launcher: Launcher | None = None,
 ) -> Report:
-    """One full run. Without a `launcher` one is started here (see `start_launcher`) and closed at the end."""
-    own = launcher is None
-    if own:
-        launcher = start_launcher(options)
-    try:
-        return _run(options, spec, on_result, launcher)
-    finally:
-        if own and launcher is not None:
-            launcher.close()
+    """One full run. Without a `launcher` one is started here (see `collectives_launcher`) and closed at the end."""
+    if launcher is None:
+        with collectives_launcher(options) as own:
+            return _run(options, spec, on_result, own)
+    return _run(options, spec, on_result, launcher)
 
 
 def _run(
