@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -179,3 +180,16 @@ def test_edited_vendored_manifest_is_refused(capsys: pytest.CaptureFixture[str],
     assert code == 1
     assert "n2-manifest-2.32.0.json: sha256" in err and "the vendored manifest changed" in err
     assert run(capsys, "--matrix", matrix, "check")[0] == 1
+
+
+def test_a_closed_pipe_stops_quietly() -> None:
+    # `neuron-torch matrix | head -0`: the reader is gone before the first line; no traceback, no "Exception ignored".
+    read, write = os.pipe()
+    os.close(read)
+    proc = subprocess.run(
+        [sys.executable, "-m", "neuron_torch.cli", "cell", "2.14-py3.14-ubuntu26.04"],
+        stdout=write, stderr=subprocess.PIPE, text=True, check=False,
+    )  # fmt: skip
+    os.close(write)
+    assert proc.returncode == 1
+    assert proc.stderr == ""

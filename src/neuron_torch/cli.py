@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import shlex
 import sys
 from collections.abc import Callable, Sequence
@@ -296,10 +297,16 @@ def main(argv: Sequence[str] | None = None) -> int:
                 print(args.mirror_settings.describe(), file=sys.stderr)
                 matrix = apply_mirror(matrix, args.mirror_settings)
         handler: Handler = args.handler
-        return handler(args, matrix)
+        code = handler(args, matrix)
+        sys.stdout.flush()  # here, so that a closed pipe is caught below and not at interpreter exit
+        return code
     except NeuronTorchError as error:
         print(f"neuron-torch: error: {error}", file=sys.stderr)
         return error.exit_code
+    except BrokenPipeError:
+        # The reader went away (`neuron-torch matrix | head -1`): stop quietly, as the Python docs recommend.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 1
 
 
 if __name__ == "__main__":
