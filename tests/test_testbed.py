@@ -13,7 +13,7 @@ import pytest
 
 from neuron_torch.lockfile import read_lock
 from neuron_torch.matrix import load_matrix
-from tests.testbed import aptrepo, cache, index
+from tests.testbed import aptrepo, cache, index, server
 from tests.testbed.harness import BASE, CELL, DOCKER, ROOT, TEST_MATRIX, built_testbed, docker, require_docker
 from tests.testbed.wheels import build_wheel
 
@@ -108,6 +108,19 @@ def test_second_build_reuses_everything() -> None:
     elapsed = time.monotonic() - started
     assert "built in" not in result.stdout, result.stdout
     assert elapsed < 20, f"a cached build took {elapsed:.1f} s"
+    status = subprocess.run([sys.executable, "-m", "tests.testbed", "status"], cwd=ROOT, capture_output=True, text=True)
+    assert status.returncode == 0 and "serving on http://127.0.0.1:38080" in status.stdout
+
+
+def test_a_second_test_bed_refuses_a_port_another_one_serves(tmp_path: Path) -> None:
+    # Another checkout's test bed on the same port must not pass for this one (its key and locks differ).
+    built_testbed()
+    www = tmp_path / "www"
+    www.mkdir()
+    with pytest.raises(SystemExit, match=r"another server already answers on http://127\.0\.0\.1:38080"):
+        server.start(www, tmp_path / "server.pid", tmp_path / "server.log")
+    assert not (tmp_path / "server.pid").exists()
+    assert server.status(www, tmp_path / "server.pid") is None
     status = subprocess.run([sys.executable, "-m", "tests.testbed", "status"], cwd=ROOT, capture_output=True, text=True)
     assert status.returncode == 0 and "serving on http://127.0.0.1:38080" in status.stdout
 

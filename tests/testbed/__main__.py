@@ -156,7 +156,7 @@ def main(argv: list[str] | None = None) -> int:
     elif args.command == "stop":
         print("testbed: stopped" if server.stop(PID_FILE) else "testbed: was not running")
     else:
-        pid = server.status(PID_FILE)
+        pid = server.status(WWW, PID_FILE)
         print(f"testbed: serving on {server.base_url()} (pid {pid})" if pid else "testbed: not serving")
         return 0 if pid else 1
     return 0
