@@ -47,6 +47,6 @@ if [[ "${NEURON_TORCH_SKIP_ANSIBLE:-0}" != 1 ]]; then
       .venv-ansible/bin/python -m pip install --quiet -r ansible/requirements-controller.txt
       cp ansible/requirements-controller.txt "$stamp"
     fi
-    echo "dev-setup: .venv-ansible ready ($(.venv-ansible/bin/python --version), $(.venv-ansible/bin/ansible --version | head -1))"
+    echo "dev-setup: .venv-ansible ready ($(.venv-ansible/bin/python --version), $(.venv-ansible/bin/ansible --version | sed -n 1p))"
   fi
 fi
