@@ -18,14 +18,23 @@ import torch.distributed as dist
 from neuron_smoke.backends import BACKENDS
 
 
-def run_rank(device_name: str, process_group: str, timeout_s: float, result_dir: Path) -> None:
+def run_rank(
+    device_name: str, process_group: str, timeout_s: float, result_dir: Path, cores: tuple[int, ...] = ()
+) -> None:
     backend = BACKENDS[device_name]
     torch.set_num_threads(1)
-    backend.import_module()
     rank, world, local = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"]), int(os.environ["LOCAL_RANK"])
-    device = torch.device("cpu") if backend.device_type == "cpu" else torch.device(backend.device_type, local)
+    index = local
+    if cores:
+        # This rank's own NeuronCore, set before the runtime starts (NeuronCores belong to one process); it is then
+        # the only device this process sees.
+        os.environ["NEURON_RT_VISIBLE_CORES"] = str(cores[local])
+        os.environ.pop("NEURON_RT_NUM_CORES", None)
+        index = 0
+    backend.import_module()
+    device = torch.device("cpu") if backend.device_type == "cpu" else torch.device(backend.device_type, index)
     if backend.device_type != "cpu":
-        torch.accelerator.set_device_index(local)
+        torch.accelerator.set_device_index(index)
     dist.init_process_group(
         backend=process_group,
         init_method="env://",
@@ -49,8 +58,10 @@ def main() -> None:
     parser.add_argument("--process-group", required=True)
     parser.add_argument("--timeout", type=float, default=60.0)
     parser.add_argument("--result-dir", required=True, type=Path)
+    parser.add_argument("--cores", default="", help="comma-separated NeuronCore per local rank")
     args = parser.parse_args()
-    run_rank(args.device, args.process_group, args.timeout, args.result_dir)
+    cores = tuple(int(c) for c in args.cores.split(",") if c)
+    run_rank(args.device, args.process_group, args.timeout, args.result_dir, cores)
 
 
 if __name__ == "__main__":
