@@ -93,12 +93,16 @@ def plan(node_count: int, nproc: int) -> CorePlan:
 
 
 # What prepare() decided for this run: the plan, or why there is none.
-_state: dict[str, CorePlan | str | None] = {"plan": None, "error": ""}
+_state: dict[str, CorePlan | str | bool | None] = {"plan": None, "error": "", "prepared": False}
 
 
 def prepare(node_count: int, nproc: int) -> None:
     """Plan the cores and restrict this process to its own; call before anything imports torch_neuronx or touches
-    the device. A bad setting is kept for the device stage to report."""
+    the device. A bad setting is kept for the device stage to report. Only the first call in a process plans: after
+    it, NEURON_RT_VISIBLE_CORES holds this process's own cores, not what the run may use."""
+    if _state["prepared"]:
+        return
+    _state["prepared"] = True
     try:
         core_plan = plan(node_count, nproc)
     except UsageError as exc:

@@ -63,9 +63,8 @@ def sim_library() -> Path:
 def base_env(tmp_path: Path) -> dict[str, str]:
     """An environment with no pins, no IMDS and no Neuron device files, independent of the host."""
     keep = {"NEURON_SIM_BUILD_DIR"}  # where the session built the simulated device
-    env = {
-        k: v for k, v in os.environ.items() if k in keep or not k.startswith(("NEURON_", "TORCH_NEURONX_", "PYTHONPATH"))
-    }
+    dropped = ("NEURON_", "TORCH_NEURONX_", "PYTHONPATH")
+    env = {k: v for k, v in os.environ.items() if k in keep or not k.startswith(dropped)}
     env.update(
         NEURON_TORCH_PYTHON=sys.executable,
         NEURON_SMOKE_IMDS="0",

@@ -44,7 +44,7 @@ def test_sim_neuron_passes_every_stage(sim_env: dict[str, str], cell_file: Path,
     assert env["pins_checked"] == 6  # four named pins and two locked entries
     assert run.stage("device")["numbers"]["accelerator"] == "neuron"
     device = run.stage("device")["numbers"]
-    # Two nodes hold 8 NeuronCores; the ranks own cores 0 and 1, this process core 2 (NeuronCores belong to one process).
+    # Two nodes hold 8 NeuronCores; the ranks own cores 0 and 1, this process core 2 (cores belong to one process).
     assert device["device_count"] == 1 and device["visible_cores"] == 8
     assert device["cores"] == {"available": 8, "process": "2", "ranks": "0-1", "user_restricted": False}
     fallback = run.stage("fallback")["numbers"]
