@@ -53,7 +53,8 @@ def _rank_cores(backend: str, nproc: int) -> tuple[int, ...]:
         have = len(plan.available) if plan else 0
         raise Skip(
             f"{have} NeuronCore(s) visible: all_reduce over {nproc} ranks needs {nproc} besides this process's own "
-            "(NeuronCores belong to one process); give the run more cores or run the collectives with --nproc smaller"
+            f"(NeuronCores belong to one process); give the run at least {nproc + 1} (NEURON_RT_VISIBLE_CORES, or "
+            "more --device nodes in a container)"
         )
     return plan.ranks
 
