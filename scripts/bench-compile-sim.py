@@ -23,6 +23,7 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 SITE = REPO / "tests" / "simdevice" / "site"
+LATENCY_ENV = ("NEURON_SIM_COMPILE_MS", "NEURON_SIM_GRAPH_COMPILE_MS", "NEURON_SIM_CACHE_LOAD_MS")
 
 
 def build_simulated_device() -> None:
@@ -65,6 +66,8 @@ def main() -> int:
     python = os.environ.get("NEURON_TORCH_PYTHON", sys.executable)
     build_simulated_device()
     runs = [one_run(python, extra) for _ in range(args.repeat)]
+    latencies = {k: os.environ.get(k, "default") for k in LATENCY_ENV}
+    print("simulated compile latencies (ms): " + ", ".join(f"{k}={v}" for k, v in latencies.items()))
 
     def line(label: str, key: str, unit: str) -> None:
         values = [r[key] for r in runs]

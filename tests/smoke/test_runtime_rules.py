@@ -88,8 +88,8 @@ def test_first_use_compiles_once_and_a_second_process_loads_from_the_cache(
         "import time\n"
         "t = time.perf_counter(); x = torch.ones(64, 64, device='neuron'); y = (x @ x).relu().sum().item()\n"
         "first = time.perf_counter() - t\n"
-        "t = time.perf_counter(); y = (x @ x).relu().sum().item(); again = time.perf_counter() - t\n"
-        "print('stats', *torch.ops.neuron_sim.compile_stats(), 'first', first, 'again', again)\n"
+        "y = (x @ x).relu().sum().item()\n"
+        "print('stats', *torch.ops.neuron_sim.compile_stats(), 'first', first)\n"
     )
     env = {**sim_env, "NEURON_SIM_COMPILE_MS": "200", "NEURON_SIM_CACHE_LOAD_MS": "1"}
     cold, warm = sim_python(env, code), sim_python(env, code)
@@ -97,9 +97,8 @@ def test_first_use_compiles_once_and_a_second_process_loads_from_the_cache(
     c, w = cold.stdout.split(), warm.stdout.split()
     misses = int(c[1])
     assert misses >= 3 and int(c[2]) == 0  # ones, mm, relu, sum: compiled on first use
-    assert float(c[4]) >= misses * 0.2 and float(c[6]) < 0.2  # each compile costs its latency once per process
+    assert float(c[4]) >= misses * 0.2  # each compile costs its latency (a lower bound; speed is for benchmarks)
     assert int(w[1]) == 0 and int(w[2]) == misses  # the new process loads every one from the cache
-    assert float(w[4]) < float(c[4])
     assert len(list((tmp_path / "neff-cache").glob("eager-*.neff"))) == misses
 
 

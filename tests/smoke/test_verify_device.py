@@ -53,7 +53,6 @@ def test_sim_neuron_passes_every_stage(sim_env: dict[str, str], cell_file: Path,
     assert compiled["backend"] == "neuron"
     # Two fresh processes share an empty compile cache: the first compiles (stores), the second only loads.
     assert compiled["cache_entries_stored"] > 0 and compiled["warm_cache_hit"] is True
-    assert compiled["cold_first_call_s"] > compiled["warm_first_call_s"]
     assert "cache hit" in run.stage("compile")["summary"]
     assert [r["value"] for r in run.stage("collectives")["numbers"]["results"]] == [3.0, 3.0]
     assert run.stage("collectives")["numbers"]["rank_cores"] == [0, 1]
