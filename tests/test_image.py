@@ -157,7 +157,7 @@ def test_image_with_two_device_nodes_passes_the_device_stage_of_a_larger_instanc
     image: BuiltImage, tmp_path: Path
 ) -> None:
     # Two fixture device nodes (character devices, 0660, group NODE_GID), passed in as images/README.md says, and the
-    # simulated device (every runtime rule on) mounted over the image's torch-neuronx.
+    # simulated device (every runtime rule on) and its neuron-ls mounted over the image's fixture torch-neuronx and tools.
     library = simulated_device_library()
     devices: list[str] = []
     for i in range(2):
@@ -168,6 +168,7 @@ def test_image_with_two_device_nodes_passes_the_device_stage_of_a_larger_instanc
         devices.append(f"--device={node}:/dev/neuron{i}")
     sim = [
         "-v", f"{SIM_DIR}:/opt/neuron-sim:ro", "-v", f"{library.parent.parent}:/opt/neuron-sim-build:ro",
+        "-v", f"{SIM_DIR}/bin/neuron-ls:/opt/aws/neuron/bin/neuron-ls:ro",
         "-e", "PYTHONPATH=/opt/neuron-sim/site", "-e", "NEURON_SIM_BUILD_DIR=/opt/neuron-sim-build",
     ]  # fmt: skip
     args = [image.tag, "--stages", "device", "--instance-type", "trn2.48xlarge"]

@@ -9,13 +9,26 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import sys
 from datetime import timedelta
 from pathlib import Path
 
-import torch
-import torch.distributed as dist
 
-from neuron_smoke.backends import BACKENDS
+def _own_core_before_torch() -> None:
+    """A torchrun worker (`-m neuron_smoke.collective_worker ... --cores 0,1`) takes its NeuronCore before `import
+    torch`, which may import torch_neuronx (device-backend autoload); the fork launcher's ranks do it in run_rank."""
+    if __name__ == "__main__" and "--cores" in sys.argv and "LOCAL_RANK" in os.environ:
+        cores = sys.argv[sys.argv.index("--cores") + 1].split(",")
+        os.environ["NEURON_RT_VISIBLE_CORES"] = cores[int(os.environ["LOCAL_RANK"])]
+        os.environ.pop("NEURON_RT_NUM_CORES", None)
+
+
+_own_core_before_torch()
+
+import torch  # noqa: E402  (after the worker took its core)
+import torch.distributed as dist  # noqa: E402
+
+from neuron_smoke.backends import BACKENDS  # noqa: E402
 
 
 def run_rank(

@@ -14,6 +14,7 @@ The cores this run may use: `NEURON_RT_VISIBLE_CORES` when set, else every logic
 
 from __future__ import annotations
 
+import glob
 import os
 import re
 from dataclasses import dataclass
@@ -112,6 +113,15 @@ def prepare(node_count: int, nproc: int) -> None:
     if core_plan.ranks:
         os.environ[VISIBLE] = format_cores(core_plan.process)
         os.environ.pop("NEURON_RT_NUM_CORES", None)
+
+
+def prepare_before_torch(device: str, nproc: int) -> None:
+    """prepare() for `--device neuron|auto` from the device files alone, before `import torch`: torch imports an
+    installed torch_neuronx on its own (device-backend autoload), and whether that reads NEURON_RT_VISIBLE_CORES then or
+    at the first device use is not in our sources."""
+    nodes = glob.glob(os.environ.get("NEURON_SMOKE_DEV_GLOB", "/dev/neuron*"))
+    if device == "neuron" or (device == "auto" and nodes):
+        prepare(len(nodes), nproc)
 
 
 def current() -> CorePlan | None:

@@ -90,6 +90,7 @@ def sim_env(base_env: dict[str, str], sim_library: Path, tmp_path: Path) -> dict
         "NEURON_SIM_RUNTIME_DIR": str(tmp_path / "neuron-runtime"),
         "TORCH_NEURONX_NEFF_CACHE_DIR": str(tmp_path / "neff-cache"),
         "NEURON_SMOKE_CONTAINER": "0",
+        "PATH": f"{SIM_SITE.parent / 'bin'}{os.pathsep}{base_env.get('PATH', '')}",  # its neuron-ls
     }
 
 
