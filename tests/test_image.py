@@ -157,7 +157,7 @@ def test_image_with_two_device_nodes_passes_the_device_stage_of_a_larger_instanc
     image: BuiltImage, tmp_path: Path
 ) -> None:
     # Two fixture device nodes (character devices, 0660, group NODE_GID), passed in as images/README.md says, and the
-    # simulated device (every runtime rule on) and its neuron-ls mounted over the image's fixture torch-neuronx and tools.
+    # simulated device (every runtime rule on) and its neuron-ls mounted over the image's fixture packages.
     library = simulated_device_library()
     devices: list[str] = []
     for i in range(2):
