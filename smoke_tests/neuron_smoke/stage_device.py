@@ -35,6 +35,9 @@ def run(ctx: Context, log: StageLog) -> None:
         if _refused(nodes or [], log):
             return
         _neuron_ls(ctx, log)
+        listed = log.numbers.get("neuron_ls_devices")
+        if listed is not None and nodes is not None and listed != len(nodes):
+            log.note(f"neuron-ls lists {listed} device(s), {len(nodes)} device file(s) are visible")
     try:
         backend.import_module()
     except ImportError as exc:

@@ -46,6 +46,7 @@ def test_sim_neuron_passes_every_stage(sim_env: dict[str, str], cell_file: Path,
     device = run.stage("device")["numbers"]
     # Two nodes hold 8 NeuronCores; the ranks own cores 0 and 1, this process core 2 (cores belong to one process).
     assert device["device_count"] == 1 and device["visible_cores"] == 8
+    assert device["neuron_ls_devices"] == 2  # the simulated neuron-ls lists the nodes it sees
     assert device["cores"] == {"available": 8, "process": "2", "ranks": "0-1", "user_restricted": False}
     fallback = run.stage("fallback")["numbers"]
     assert fallback["fallback_ops"] == {} and fallback["executed_op_calls"] > 0
