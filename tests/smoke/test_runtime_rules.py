@@ -133,15 +133,6 @@ def test_fallback_compile_and_float64_rules(sim_env: dict[str, str]) -> None:
 # ---- verify-device on those rules ----
 
 
-def test_collectives_own_their_cores_under_torchrun(sim_env: dict[str, str], tmp_path: Path) -> None:
-    run = verify(sim_env, "--stages=environment,device,collectives", "--launcher", "torchrun", tmp=tmp_path)
-    assert run.returncode == 0, run.output
-    numbers = run.stage("collectives")["numbers"]
-    assert numbers["launcher"] == "torchrun" and "--cores 0,1" in numbers["command"]
-    assert [r["value"] for r in numbers["results"]] == [3.0, 3.0]
-    assert run.stage("device")["numbers"]["cores"]["process"] == "2"
-
-
 def test_too_few_cores_for_ranks_beside_this_process_skips_collectives(sim_env: dict[str, str], tmp_path: Path) -> None:
     run = verify({**sim_env, "NEURON_RT_VISIBLE_CORES": "4-5"}, "--stages=environment,device,collectives",
                  tmp=tmp_path)  # fmt: skip

@@ -35,8 +35,11 @@ def test_cpu_run_passes_and_reports_every_stage(base_env: dict[str, str], tmp_pa
     assert cases[STAGES.index("fallback")].find("skipped") is not None
 
 
-def test_sim_neuron_passes_every_stage(sim_env: dict[str, str], cell_file: Path, tmp_path: Path) -> None:
-    run = verify(sim_env, "--cell-file", str(cell_file), SMALL, "--expected-devices", "8", tmp=tmp_path)
+@pytest.mark.parametrize("launcher", ["fork", "torchrun"])
+def test_sim_neuron_passes_every_stage(sim_env: dict[str, str], cell_file: Path, tmp_path: Path, launcher: str) -> None:
+    # Every runtime rule of the simulated device is on (tests/simdevice/README.md).
+    run = verify(sim_env, "--cell-file", str(cell_file), SMALL, "--expected-devices", "8", "--launcher", launcher,
+                 tmp=tmp_path)  # fmt: skip
     assert run.returncode == 0, run.output
     assert {s["status"] for s in run.report["stages"]} == {"pass"}
     env = run.stage("environment")["numbers"]
@@ -56,7 +59,9 @@ def test_sim_neuron_passes_every_stage(sim_env: dict[str, str], cell_file: Path,
     assert compiled["cache_entries_stored"] > 0 and compiled["warm_cache_hit"] is True
     assert "cache hit" in run.stage("compile")["summary"]
     assert [r["value"] for r in run.stage("collectives")["numbers"]["results"]] == [3.0, 3.0]
-    assert run.stage("collectives")["numbers"]["rank_cores"] == [0, 1]
+    collectives = run.stage("collectives")["numbers"]
+    assert collectives["rank_cores"] == [0, 1] and collectives["launcher"] == launcher
+    assert collectives["command"].endswith("--cores 0,1)" if launcher == "fork" else "--cores 0,1")
     assert run.report["device"]["backend"] == "neuron"
 
 
