@@ -6,9 +6,12 @@ Dockerfile, then run it, run the shared testinfra suite against it and break its
 
 from __future__ import annotations
 
+import importlib.util
+import os
 import re
 import secrets
 import shutil
+import stat
 import subprocess
 import sys
 import urllib.request
@@ -134,6 +137,52 @@ def test_image_without_a_device_exits_3_and_says_how_to_pass_one(image: BuiltIma
     output = result.stdout + result.stderr
     assert result.returncode == 3, output
     assert "--device=/dev/neuron0" in output and "driver" in output and "host" in output
+
+
+SIM_DIR = REPO / "tests" / "simdevice"
+NODE_GID = 4242  # the device nodes' group, unknown to the image: as a host's `neuron` group would be
+
+
+def simulated_device_library() -> Path:
+    """The simulated neuron device built against this checkout's torch (the image's torch: the same 2.13.0 wheel)."""
+    spec = importlib.util.spec_from_file_location("neuron_sim_builder", SIM_DIR / "site" / "neuron_sim.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return Path(module.build())
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="making fixture device nodes (mknod) needs root")
+def test_image_with_two_device_nodes_passes_the_device_stage_of_a_larger_instance(
+    image: BuiltImage, tmp_path: Path
+) -> None:
+    # Two fixture device nodes (character devices, 0660, group NODE_GID), passed in as images/README.md says, and the
+    # simulated device (every runtime rule on) and its neuron-ls mounted over the image's fixture packages.
+    library = simulated_device_library()
+    devices: list[str] = []
+    for i in range(2):
+        node = tmp_path / f"neuron{i}"
+        os.mknod(node, 0o660 | stat.S_IFCHR, os.makedev(1, 3))
+        os.chown(node, 0, NODE_GID)
+        node.chmod(0o660)
+        devices.append(f"--device={node}:/dev/neuron{i}")
+    sim = [
+        "-v", f"{SIM_DIR}:/opt/neuron-sim:ro", "-v", f"{library.parent.parent}:/opt/neuron-sim-build:ro",
+        "-v", f"{SIM_DIR}/bin/neuron-ls:/opt/aws/neuron/bin/neuron-ls:ro",
+        "-e", "PYTHONPATH=/opt/neuron-sim/site", "-e", "NEURON_SIM_BUILD_DIR=/opt/neuron-sim-build",
+    ]  # fmt: skip
+    args = [image.tag, "--stages", "device", "--instance-type", "trn2.48xlarge"]
+    given = subprocess.run([*RUN, *devices, "--group-add", str(NODE_GID), *sim, *args], capture_output=True,
+                           text=True, timeout=300)  # fmt: skip
+    output = given.stdout + given.stderr
+    assert given.returncode == 0, output
+    assert "PASS  device" in output and "2 device file(s)" in output
+    assert "2 of the 16 device nodes of a trn2.48xlarge were passed to this container" in output
+
+    refused = subprocess.run([*RUN, *devices, *sim, *args], capture_output=True, text=True, timeout=300)
+    output = refused.stdout + refused.stderr
+    assert refused.returncode == 1, output
+    assert "a permission problem, not a missing device" in output and f"--group-add {NODE_GID}" in output
 
 
 def test_image_runs_the_smoke_tests_on_the_cpu_with_real_torch(image: BuiltImage) -> None:

@@ -61,12 +61,17 @@ def _neuron_instance_devices() -> dict[str, int]:
     return {str(k): int(v) for k, v in facts["logical_devices"].items()}
 
 
+# The container run lines of images/README.md ("Running it"): every device node of the host, or a contiguous subset,
+# plus the nodes' group for the image's non-root user (0660 root:neuron under AWS's recommended udev rule).
 NEURON_MISSING_HELP = (
     "Check on the host with `neuron-ls` (package aws-neuronx-tools); it must list at least one device. "
     "The Neuron driver (aws-neuronx-dkms) must be installed and loaded on the host (`lsmod | grep neuron`): "
-    "a container cannot load it. In a container, pass each device through, e.g. "
-    "`docker run --device=/dev/neuron0 ...` (one --device per /dev/neuronN). TorchNeuron needs a Trn2 or Trn3 "
-    "instance, and the native torch-neuronx (2.13.3.x / 2.14.3.x), not the XLA-based 2.9.x."
+    "a container cannot load it. In a container, pass the devices through, one --device per /dev/neuronN, and "
+    "their group: the whole instance with `docker run --rm $(ls /dev/neuron* | sed 's/^/--device=/') "
+    '--group-add "$(stat -c %g /dev/neuron0)" IMAGE`, or a contiguous subset (e.g. two Trainium2 devices, '
+    '8 NeuronCores) with `docker run --rm --device=/dev/neuron0 --device=/dev/neuron1 --group-add "$(stat -c %g '
+    '/dev/neuron0)" IMAGE`. TorchNeuron needs a Trn2 or Trn3 instance, and the native torch-neuronx '
+    "(2.13.3.x / 2.14.3.x), not the XLA-based 2.9.x."
 )
 
 NEURON = Backend(

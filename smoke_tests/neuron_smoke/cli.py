@@ -113,6 +113,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     except UsageError as exc:
         print(f"verify-device: error: {exc}", file=sys.stderr)
         return EXIT_USAGE
+    from neuron_smoke import cores
+
+    # NeuronCores belong to one process: take this process's own before torch (and so torch_neuronx) is imported.
+    cores.prepare_before_torch(options.device, options.nproc)
     try:
         import torch  # noqa: F401  (everything below needs it)
     except ImportError as exc:

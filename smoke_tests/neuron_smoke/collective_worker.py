@@ -9,23 +9,45 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import sys
 from datetime import timedelta
 from pathlib import Path
 
-import torch
-import torch.distributed as dist
 
-from neuron_smoke.backends import BACKENDS
+def _own_core_before_torch() -> None:
+    """A torchrun worker (`-m neuron_smoke.collective_worker ... --cores 0,1`) takes its NeuronCore before `import
+    torch`, which may import torch_neuronx (device-backend autoload); the fork launcher's ranks do it in run_rank."""
+    if __name__ == "__main__" and "--cores" in sys.argv and "LOCAL_RANK" in os.environ:
+        cores = sys.argv[sys.argv.index("--cores") + 1].split(",")
+        os.environ["NEURON_RT_VISIBLE_CORES"] = cores[int(os.environ["LOCAL_RANK"])]
+        os.environ.pop("NEURON_RT_NUM_CORES", None)
 
 
-def run_rank(device_name: str, process_group: str, timeout_s: float, result_dir: Path) -> None:
+_own_core_before_torch()
+
+import torch  # noqa: E402  (after the worker took its core)
+import torch.distributed as dist  # noqa: E402
+
+from neuron_smoke.backends import BACKENDS  # noqa: E402
+
+
+def run_rank(
+    device_name: str, process_group: str, timeout_s: float, result_dir: Path, cores: tuple[int, ...] = ()
+) -> None:
     backend = BACKENDS[device_name]
     torch.set_num_threads(1)
-    backend.import_module()
     rank, world, local = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"]), int(os.environ["LOCAL_RANK"])
-    device = torch.device("cpu") if backend.device_type == "cpu" else torch.device(backend.device_type, local)
+    index = local
+    if cores:
+        # This rank's own NeuronCore, set before the runtime starts (NeuronCores belong to one process); it is then
+        # the only device this process sees.
+        os.environ["NEURON_RT_VISIBLE_CORES"] = str(cores[local])
+        os.environ.pop("NEURON_RT_NUM_CORES", None)
+        index = 0
+    backend.import_module()
+    device = torch.device("cpu") if backend.device_type == "cpu" else torch.device(backend.device_type, index)
     if backend.device_type != "cpu":
-        torch.accelerator.set_device_index(local)
+        torch.accelerator.set_device_index(index)
     dist.init_process_group(
         backend=process_group,
         init_method="env://",
@@ -49,8 +71,10 @@ def main() -> None:
     parser.add_argument("--process-group", required=True)
     parser.add_argument("--timeout", type=float, default=60.0)
     parser.add_argument("--result-dir", required=True, type=Path)
+    parser.add_argument("--cores", default="", help="comma-separated NeuronCore per local rank")
     args = parser.parse_args()
-    run_rank(args.device, args.process_group, args.timeout, args.result_dir)
+    cores = tuple(int(c) for c in args.cores.split(",") if c)
+    run_rank(args.device, args.process_group, args.timeout, args.result_dir, cores)
 
 
 if __name__ == "__main__":

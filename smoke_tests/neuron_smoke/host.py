@@ -28,6 +28,14 @@ def instance_type_from_imds() -> str | None:
         return None
 
 
+def in_container() -> bool:
+    """Whether this runs in a container (NEURON_SMOKE_CONTAINER=1|0 overrides the detection, for tests)."""
+    forced = os.environ.get("NEURON_SMOKE_CONTAINER", "").strip()
+    if forced in ("0", "1"):
+        return forced == "1"
+    return os.path.exists("/.dockerenv") or os.path.exists("/run/.containerenv")
+
+
 def host_facts() -> dict[str, str | int | None]:
     return {
         "hostname": socket.gethostname(),

@@ -40,6 +40,8 @@ class RankJob:
     process_group: str
     timeout_s: float
     result_dir: Path
+    # NeuronCore per rank (rank i takes cores[i] through NEURON_RT_VISIBLE_CORES); empty off neuron.
+    cores: tuple[int, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -59,9 +61,10 @@ class Launcher(Protocol):
 
 
 def worker_args(job: RankJob) -> list[str]:
+    cores = ["--cores", ",".join(map(str, job.cores))] if job.cores else []
     return [
         "--device", job.device, "--process-group", job.process_group,
-        "--timeout", str(job.timeout_s), "--result-dir", str(job.result_dir),
+        "--timeout", str(job.timeout_s), "--result-dir", str(job.result_dir), *cores,
     ]  # fmt: skip
 
 
@@ -125,6 +128,7 @@ class ForkLauncher:
         payload = {
             "nproc": job.nproc, "device": job.device, "process_group": job.process_group,
             "timeout_s": job.timeout_s, "result_dir": str(job.result_dir), "port": _free_port(),
+            "cores": list(job.cores),
         }  # fmt: skip
         try:
             os.write(self._request, (json.dumps(payload) + "\n").encode())
@@ -240,6 +244,11 @@ def _serve(request_fd: int, reply_fd: int) -> None:
         os._exit(code)
 
 
+def _job_cores(job: dict[str, object]) -> tuple[int, ...]:
+    cores = job.get("cores")
+    return tuple(int(c) for c in cores) if isinstance(cores, list) else ()
+
+
 def _fork_rank(rank: int, job: dict[str, object]) -> int:
     pid = os.fork()
     if pid:
@@ -260,8 +269,9 @@ def _fork_rank(rank: int, job: dict[str, object]) -> int:
         from neuron_smoke import collective_worker
 
         collective_worker.run_rank(
-            str(job["device"]), str(job["process_group"]), float(str(job["timeout_s"])), Path(str(job["result_dir"]))
-        )
+            str(job["device"]), str(job["process_group"]), float(str(job["timeout_s"])), Path(str(job["result_dir"])),
+            _job_cores(job),
+        )  # fmt: skip
         code = 0
     except BaseException:
         traceback.print_exc()

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import torch.distributed as dist
 
-from neuron_smoke import launchers
+from neuron_smoke import cores, launchers
 from neuron_smoke.context import Context, StageLog
 from neuron_smoke.errors import Skip
 
@@ -18,7 +18,8 @@ def run(ctx: Context, log: StageLog) -> None:
     backend = ctx.backend
     if not dist.is_available():
         raise Skip("torch.distributed is not available in this torch build")
-    if backend.device_type != "cpu" and backend.device_count() < nproc:
+    rank_cores = _rank_cores(backend.name, nproc)
+    if backend.device_type not in ("cpu", "neuron") and backend.device_count() < nproc:
         raise Skip(f"{backend.device_count()} {backend.name} device(s) visible, {nproc} needed for all_reduce")
     backend.import_module()
     pg = backend.process_group
@@ -29,8 +30,10 @@ def run(ctx: Context, log: StageLog) -> None:
     budget = max(5.0, ctx.options.timeout_s - 5.0)
     launcher = ctx.launcher or launchers.TorchrunLauncher()
     log.numbers = {"nproc": nproc, "process_group": pg, "launcher": launcher.name}
+    if rank_cores:
+        log.numbers["rank_cores"] = list(rank_cores)
     with tempfile.TemporaryDirectory(prefix="neuron-smoke-collectives-") as result_dir:
-        job = launchers.RankJob(nproc, backend.name, pg, budget, Path(result_dir))
+        job = launchers.RankJob(nproc, backend.name, pg, budget, Path(result_dir), rank_cores)
         launched = launcher.launch(job, budget)
         log.numbers["command"] = launched.command
         if launched.timed_out:
@@ -39,6 +42,21 @@ def run(ctx: Context, log: StageLog) -> None:
         results = [json.loads(f.read_text()) for f in sorted(Path(result_dir).glob("rank-*.json"))]
         output, returncode = launched.output, launched.returncode
     _check(log, output, returncode, nproc, results, launcher.name)
+
+
+def _rank_cores(backend: str, nproc: int) -> tuple[int, ...]:
+    """On neuron, the NeuronCore each rank owns (planned before this process touched the device; see cores.py)."""
+    if backend != "neuron":
+        return ()
+    plan = cores.current()
+    if plan is None or len(plan.ranks) < nproc:
+        have = len(plan.available) if plan else 0
+        raise Skip(
+            f"{have} NeuronCore(s) visible: all_reduce over {nproc} ranks needs {nproc} besides this process's own "
+            f"(NeuronCores belong to one process); give the run at least {nproc + 1} (NEURON_RT_VISIBLE_CORES, or "
+            "more --device nodes in a container)"
+        )
+    return plan.ranks
 
 
 def _check(

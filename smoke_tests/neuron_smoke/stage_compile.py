@@ -1,15 +1,27 @@
-"""Stage 6: torch.compile(model, backend=..., dynamic=False): first call, steady state, compiled vs eager."""
+"""Stage 6: torch.compile(model, backend=..., dynamic=False): first call, steady state, compiled vs eager.
+
+On neuron the first call is also measured in two fresh processes sharing an initially empty compile cache
+(TORCH_NEURONX_NEFF_CACHE_DIR): cold (everything compiles) and warm (a new process loading what the first stored),
+on one of the NeuronCores the collective ranks own, which are free while the collectives do not run (see cores.py).
+"""
 
 from __future__ import annotations
 
 import copy
+import json
+import os
 import statistics
+import subprocess
+import sys
+import tempfile
 import time
 from collections.abc import Callable
 from typing import Any
 
 import torch
 
+from neuron_smoke import cores
+from neuron_smoke.compile_probe import CACHE_ENV
 from neuron_smoke.context import Context, StageLog
 from neuron_smoke.models import ModelSpec
 from neuron_smoke.numerics import normwise_error
@@ -56,7 +68,50 @@ def run(ctx: Context, log: StageLog) -> None:
         log.fail(f"compiled model returned {len(got)} tensors, eager {len(want)}")
     if worst > ctx.options.model_rtol:
         log.fail(f"compiled output differs from eager by {worst:.3g} (rtol {ctx.options.model_rtol:g})")
+    fresh = fresh_process_first_calls(ctx, log, backend) if ctx.backend.name == "neuron" else ""
     log.summary = (
-        f"backend {backend}: first call {first_s:.2f}s, steady {log.numbers['steady_median_ms']:.3g} ms "
+        f"backend {backend}: first call {first_s:.2f}s{fresh}, steady {log.numbers['steady_median_ms']:.3g} ms "
         f"(eager {log.numbers['eager_median_ms']:.3g} ms)"
     )
+
+
+def _probe(ctx: Context, env: dict[str, str], backend: str) -> dict[str, float]:
+    cmd = [sys.executable, "-m", "neuron_smoke.compile_probe", "--device", ctx.backend.name, "--backend", backend]
+    cmd += ["--model", ctx.options.model] if ctx.options.model else []
+    proc = subprocess.run(
+        cmd, env=env, capture_output=True, text=True, timeout=max(10.0, ctx.options.timeout_s * 0.4), check=False
+    )
+    if proc.returncode != 0:
+        tail = "\n".join((proc.stdout + proc.stderr).strip().splitlines()[-5:])
+        raise RuntimeError(f"the fresh-process compile probe exited {proc.returncode}: {tail}")
+    result: dict[str, float] = json.loads(proc.stdout.strip().splitlines()[-1])
+    return result
+
+
+def fresh_process_first_calls(ctx: Context, log: StageLog, backend: str) -> str:
+    """Cold and warm-cache first calls in new processes; the summary's words for them ('' when not measured)."""
+    plan = cores.current()
+    if plan is None or not plan.ranks:
+        log.note("no NeuronCore free besides this process's own: cold and warm-cache first calls not measured")
+        return ""
+    package_root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    with tempfile.TemporaryDirectory(prefix="neuron-smoke-neff-") as cache:
+        env = dict(os.environ, **{CACHE_ENV: cache, cores.VISIBLE: str(plan.ranks[0])})
+        env["PYTHONPATH"] = os.pathsep.join(p for p in (package_root, env.get("PYTHONPATH")) if p)
+        cold = _probe(ctx, env, backend)
+        warm = _probe(ctx, env, backend)
+    stored = int(cold["entries_after"] - cold["entries_before"])
+    added = int(warm["entries_after"] - warm["entries_before"])
+    hit = None if stored == 0 else added == 0
+    log.numbers.update(
+        cold_first_call_s=cold["first_call_s"],
+        warm_first_call_s=warm["first_call_s"],
+        cache_entries_stored=stored,
+        warm_cache_hit=hit,
+    )
+    if hit is None:
+        log.note(f"the cold run stored no *.neff under {CACHE_ENV}: whether the warm run hit the cache is unknown")
+    elif not hit:
+        log.note(f"the warm run compiled {added} artifact(s) again: the persistent compile cache was not hit")
+    words = {None: "cache use unknown", True: "cache hit", False: "cache MISSED"}[hit]
+    return f" (new process: cold {cold['first_call_s']:.2f}s, warm {warm['first_call_s']:.2f}s, {words})"

@@ -14,6 +14,7 @@ from neuron_smoke import (
     EXIT_CHECK_FAILED,
     EXIT_DEVICE_MISSING,
     EXIT_OK,
+    cores,
     launchers,
     stage_collectives,
     stage_compile,
@@ -25,7 +26,7 @@ from neuron_smoke import (
     stage_model,
     stage_throughput,
 )
-from neuron_smoke.backends import resolve
+from neuron_smoke.backends import NEURON, resolve
 from neuron_smoke.context import Context, Options
 from neuron_smoke.host import host_facts
 from neuron_smoke.launchers import Launcher
@@ -60,8 +61,12 @@ def exit_code(results: list[StageResult]) -> int:
 @contextmanager
 def collectives_launcher(options: Options) -> Iterator[Launcher | None]:
     """The collectives launcher, when that stage is selected, closed on exit. Enter it before loading the model or
-    touching a device: the fork launcher must be forked while this process is still single-threaded and device-free."""
+    touching a device: the fork launcher must be forked while this process is still single-threaded and device-free,
+    and on neuron this process restricts itself to its own NeuronCore here, leaving the others to the ranks."""
     launcher = launchers.start(options.launcher) if "collectives" in options.stages else None
+    if resolve(options.device).name == "neuron":
+        # NeuronCores belong to one process: split them between this process and the ranks first (see cores.py).
+        cores.prepare(len(NEURON.device_nodes() or []), options.nproc)
     try:
         yield launcher
     finally:

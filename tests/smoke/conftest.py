@@ -63,7 +63,8 @@ def sim_library() -> Path:
 def base_env(tmp_path: Path) -> dict[str, str]:
     """An environment with no pins, no IMDS and no Neuron device files, independent of the host."""
     keep = {"NEURON_SIM_BUILD_DIR"}  # where the session built the simulated device
-    env = {k: v for k, v in os.environ.items() if k in keep or not k.startswith(("NEURON_", "PYTHONPATH"))}
+    dropped = ("NEURON_", "TORCH_NEURONX_", "PYTHONPATH")
+    env = {k: v for k, v in os.environ.items() if k in keep or not k.startswith(dropped)}
     env.update(
         NEURON_TORCH_PYTHON=sys.executable,
         NEURON_SMOKE_IMDS="0",
@@ -75,12 +76,22 @@ def base_env(tmp_path: Path) -> dict[str, str]:
 
 @pytest.fixture
 def sim_env(base_env: dict[str, str], sim_library: Path, tmp_path: Path) -> dict[str, str]:
-    """Two simulated neuron devices, their device files, and the test-only torch_neuronx importable."""
+    """Two simulated neuron device nodes (8 NeuronCores at LNC=2), every runtime rule on (tests/simdevice/README.md),
+    a runtime folder and compile cache of this test's own, and the test-only torch_neuronx importable."""
     dev = tmp_path / "dev"
     dev.mkdir()
     for i in range(2):
         (dev / f"neuron{i}").touch()
-    return {**base_env, "PYTHONPATH": str(SIM_SITE), "NEURON_SMOKE_DEV_GLOB": str(dev / "neuron*")}
+    return {
+        **base_env,
+        "PYTHONPATH": str(SIM_SITE),
+        "NEURON_SMOKE_DEV_GLOB": str(dev / "neuron*"),
+        "NEURON_SIM_DEV_DIR": str(dev),
+        "NEURON_SIM_RUNTIME_DIR": str(tmp_path / "neuron-runtime"),
+        "TORCH_NEURONX_NEFF_CACHE_DIR": str(tmp_path / "neff-cache"),
+        "NEURON_SMOKE_CONTAINER": "0",
+        "PATH": f"{SIM_SITE.parent / 'bin'}{os.pathsep}{base_env.get('PATH', '')}",  # its neuron-ls
+    }
 
 
 @pytest.fixture

@@ -35,19 +35,33 @@ def test_cpu_run_passes_and_reports_every_stage(base_env: dict[str, str], tmp_pa
     assert cases[STAGES.index("fallback")].find("skipped") is not None
 
 
-def test_sim_neuron_passes_every_stage(sim_env: dict[str, str], cell_file: Path, tmp_path: Path) -> None:
-    run = verify(sim_env, "--cell-file", str(cell_file), SMALL, "--expected-devices", "2", tmp=tmp_path)
+@pytest.mark.parametrize("launcher", ["fork", "torchrun"])
+def test_sim_neuron_passes_every_stage(sim_env: dict[str, str], cell_file: Path, tmp_path: Path, launcher: str) -> None:
+    # Every runtime rule of the simulated device is on (tests/simdevice/README.md).
+    run = verify(sim_env, "--cell-file", str(cell_file), SMALL, "--expected-devices", "8", "--launcher", launcher,
+                 tmp=tmp_path)  # fmt: skip
     assert run.returncode == 0, run.output
     assert {s["status"] for s in run.report["stages"]} == {"pass"}
     env = run.stage("environment")["numbers"]
     assert env["cell"]["id"] == SIM_CELL["id"] and env["pin_mismatches"] == []
     assert env["pins_checked"] == 6  # four named pins and two locked entries
     assert run.stage("device")["numbers"]["accelerator"] == "neuron"
-    assert run.stage("device")["numbers"]["device_count"] == 2
+    device = run.stage("device")["numbers"]
+    # Two nodes hold 8 NeuronCores; the ranks own cores 0 and 1, this process core 2 (cores belong to one process).
+    assert device["device_count"] == 1 and device["visible_cores"] == 8
+    assert device["neuron_ls_devices"] == 2  # the simulated neuron-ls lists the nodes it sees
+    assert device["cores"] == {"available": 8, "process": "2", "ranks": "0-1", "user_restricted": False}
     fallback = run.stage("fallback")["numbers"]
     assert fallback["fallback_ops"] == {} and fallback["executed_op_calls"] > 0
-    assert run.stage("compile")["numbers"]["backend"] == "neuron"
+    compiled = run.stage("compile")["numbers"]
+    assert compiled["backend"] == "neuron"
+    # Two fresh processes share an empty compile cache: the first compiles (stores), the second only loads.
+    assert compiled["cache_entries_stored"] > 0 and compiled["warm_cache_hit"] is True
+    assert "cache hit" in run.stage("compile")["summary"]
     assert [r["value"] for r in run.stage("collectives")["numbers"]["results"]] == [3.0, 3.0]
+    collectives = run.stage("collectives")["numbers"]
+    assert collectives["rank_cores"] == [0, 1] and collectives["launcher"] == launcher
+    assert collectives["command"].endswith("--cores 0,1)" if launcher == "fork" else "--cores 0,1")
     assert run.report["device"]["backend"] == "neuron"
 
 

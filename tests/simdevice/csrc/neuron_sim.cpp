@@ -4,6 +4,13 @@
 // records each op as "executed on device" or "fell back to CPU" (per a configurable set), which is what
 // torch_neuronx's op tracking reports on real hardware. Faults are injected here, at the kernel level,
 // so the harness sees them exactly as it would see a misbehaving device.
+//
+// The Neuron runtime's rules live here too (see tests/simdevice/README.md for each rule's source): the
+// NeuronCores are claimed exclusively at first device use (lock files in a runtime folder, released when the
+// process exits), the device nodes are opened then (a refused open is a permission error), each new
+// (op, shapes, dtypes) is compiled once with a persistent on-disk cache, listed ops fall back to the CPU with
+// a warning, and float64 values are held at float32 precision. Python (neuron_sim_rules.py) works out the
+// configuration from the environment; this file enforces it.
 #include <ATen/ATen.h>
 #include <ATen/EmptyTensor.h>
 #include <ATen/native/CPUFallback.h>
@@ -15,14 +22,23 @@
 #include <c10/core/impl/DeviceGuardImplInterface.h>
 #include <torch/library.h>
 
+#include <fcntl.h>
+#include <sys/file.h>
+#include <unistd.h>
+
 #include <atomic>
+#include <cerrno>
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
+#include <fstream>
+#include <functional>
 #include <mutex>
 #include <set>
+#include <sstream>
 #include <string>
 #include <thread>
+#include <unordered_set>
 #include <vector>
 
 namespace neuron_sim {
@@ -43,6 +59,172 @@ const std::set<std::string>& matmul_ops() {
   return ops;
 }
 
+at::Tensor as_cpu_view(const at::Tensor& t) {
+  return at::from_blob(t.data_ptr(), t.sizes(), t.strides(), t.options().device(at::kCPU));
+}
+
+// ---- Runtime rules (configured by neuron_sim_rules.py) ----
+
+struct RuntimeConfig {
+  bool enforce = false;                    // claim cores and open device nodes at first use
+  std::vector<std::string> nodes;          // device nodes this process's visible cores live on
+  std::vector<std::string> core_locks;     // one lock file per physical core the visible cores cover
+  std::vector<std::string> core_labels;    // "nc<i>" per visible logical core, for NRT's message
+  std::string init_error;                  // a configuration error NRT reports at nrt_init
+  bool compile_cache = false;              // first-use compile latency with the on-disk cache
+  std::string cache_dir;
+  int64_t compile_us = 0;
+  int64_t load_us = 0;
+  bool warn_fallback = false;
+  bool float64_as_float32 = false;
+};
+
+std::mutex g_rt_mutex;
+RuntimeConfig g_rt;
+std::atomic<pid_t> g_rt_pid{0};  // the process that initialised the runtime; a forked child has not
+std::vector<int> g_rt_fds;
+
+std::mutex g_compile_mutex;
+std::unordered_set<std::string> g_compiled;  // op signatures loaded in this process
+std::atomic<int64_t> g_cache_misses{0};
+std::atomic<int64_t> g_cache_hits{0};
+std::unordered_set<std::string> g_warned_fallback;
+std::atomic<bool> g_warned_float64{false};
+
+std::string read_holder(const std::string& path) {
+  std::ifstream in(path);
+  std::string pid;
+  std::getline(in, pid);
+  return pid.empty() ? "unknown" : pid;
+}
+
+void release_fds(std::vector<int>& fds) {
+  for (int fd : fds) {
+    ::close(fd);
+  }
+  fds.clear();
+}
+
+// nrt_init: open the device nodes and take every core exclusively, or fail as NRT does.
+void runtime_init_locked() {
+  const RuntimeConfig& cfg = g_rt;
+  TORCH_CHECK(cfg.init_error.empty(), cfg.init_error);
+  std::vector<int> fds;
+  for (const auto& node : cfg.nodes) {
+    int fd = ::open(node.c_str(), O_RDWR | O_CLOEXEC);
+    if (fd < 0) {
+      int err = errno;
+      release_fds(fds);
+      TORCH_CHECK(false, "NRT:nrt_init failed to open Neuron device ", node, ": ", std::strerror(err),
+                  (err == EACCES || err == EPERM) ? " (permission denied: the device node exists but this user may "
+                                                    "not open it)"
+                                                  : "");
+    }
+    fds.push_back(fd);
+  }
+  for (const auto& lock : cfg.core_locks) {
+    int fd = ::open(lock.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0666);
+    TORCH_CHECK(fd >= 0, "neuron_sim: cannot create the core lock ", lock, ": ", std::strerror(errno));
+    if (::flock(fd, LOCK_EX | LOCK_NB) != 0) {
+      std::string holder = read_holder(lock);
+      ::close(fd);
+      release_fds(fds);
+      std::ostringstream requested;
+      requested << cfg.core_labels.front();
+      if (cfg.core_labels.size() > 1) {
+        requested << "-" << cfg.core_labels.back();
+      }
+      TORCH_CHECK(false, "NRT:nrt_allocate_neuron_cores NeuronCore(s) not available - Requested:", requested.str(),
+                  " Available:0. The cores are held by process pid ", holder,
+                  " (NeuronCores belong to one process; restrict each process with NEURON_RT_VISIBLE_CORES)");
+    }
+    std::string pid = std::to_string(::getpid()) + "\n";
+    if (::ftruncate(fd, 0) != 0 || ::pwrite(fd, pid.data(), pid.size(), 0) < 0) {
+      // The lock itself is what counts; the pid is only for the message.
+    }
+    fds.push_back(fd);
+  }
+  release_fds(g_rt_fds);
+  g_rt_fds = std::move(fds);
+}
+
+void ensure_runtime() {
+  const pid_t me = ::getpid();
+  if (g_rt_pid.load() == me) {
+    return;
+  }
+  std::lock_guard<std::mutex> lock(g_rt_mutex);
+  if (g_rt_pid.load() == me) {
+    return;
+  }
+  if (g_rt.enforce) {
+    runtime_init_locked();
+  }
+  g_rt_pid = me;
+}
+
+std::string signature(const std::string& name, const torch::jit::Stack& stack, size_t nargs) {
+  std::ostringstream key;
+  key << name;
+  for (size_t i = stack.size() - nargs; i < stack.size(); ++i) {
+    const auto& v = stack[i];
+    if (v.isTensor()) {
+      const auto& t = v.toTensor();
+      key << "|" << c10::toString(t.scalar_type()) << t.sizes();
+    } else if (v.isTensorList()) {
+      for (const auto& t : v.toTensorList()) {
+        key << "|" << c10::toString(static_cast<at::Tensor>(t).scalar_type()) << static_cast<at::Tensor>(t).sizes();
+      }
+    }
+  }
+  return key.str();
+}
+
+// Eager mode compiles each new (op, shapes, dtypes) on first use and keeps the result in the NEFF cache.
+void compile_on_first_use(const std::string& key) {
+  {
+    std::lock_guard<std::mutex> lock(g_compile_mutex);
+    if (!g_rt.compile_cache || g_compiled.count(key)) {
+      return;
+    }
+    g_compiled.insert(key);
+  }
+  std::ostringstream file;
+  file << g_rt.cache_dir << "/eager-" << std::hex << std::hash<std::string>{}(key) << ".neff";
+  const std::string path = file.str();
+  if (!g_rt.cache_dir.empty() && ::access(path.c_str(), R_OK) == 0) {
+    g_cache_hits++;
+    std::this_thread::sleep_for(std::chrono::microseconds(g_rt.load_us));
+    return;
+  }
+  g_cache_misses++;
+  std::this_thread::sleep_for(std::chrono::microseconds(g_rt.compile_us));
+  if (!g_rt.cache_dir.empty()) {
+    const std::string tmp = path + ".tmp" + std::to_string(::getpid());
+    std::ofstream(tmp) << key << "\n";
+    std::rename(tmp.c_str(), path.c_str());
+  }
+}
+
+void warn_fallback(const std::string& name) {
+  std::lock_guard<std::mutex> lock(g_compile_mutex);
+  if (g_rt.warn_fallback && g_warned_fallback.insert(name).second) {
+    TORCH_WARN("[Neuron] [WARNING] Operator '", name, "' fell back to CPU");
+  }
+}
+
+// float64 is not native: values are held at float32 precision (cast down and back).
+void hold_float64_at_float32(const at::Tensor& t) {
+  if (!g_rt.float64_as_float32 || t.scalar_type() != at::kDouble || !t.defined()) {
+    return;
+  }
+  if (!g_warned_float64.exchange(true)) {
+    TORCH_WARN("[Neuron] [WARNING] float64 is not supported on Neuron: computing in float32, precision may be lost");
+  }
+  at::Tensor host = t.is_cpu() ? t : as_cpu_view(t);
+  host.copy_(host.to(at::kFloat));
+}
+
 c10::DeviceIndex current_index() {
   return static_cast<c10::DeviceIndex>(g_current_device.load());
 }
@@ -53,6 +235,7 @@ void sim_free(void* ptr) {
 
 struct SimAllocator final : c10::Allocator {
   c10::DataPtr allocate(size_t nbytes) override {
+    ensure_runtime();
     // malloc(0) may return nullptr; allocate one byte so every storage has a distinct, valid pointer.
     void* data = std::malloc(nbytes == 0 ? 1 : nbytes);
     TORCH_CHECK(data != nullptr, "neuron_sim: out of memory allocating ", nbytes, " bytes");
@@ -168,7 +351,7 @@ struct Registrar {
 Registrar g_registrar;
 
 at::Tensor as_cpu(const at::Tensor& t) {
-  return at::from_blob(t.data_ptr(), t.sizes(), t.strides(), t.options().device(at::kCPU));
+  return as_cpu_view(t);
 }
 
 at::Tensor empty_memory_format(c10::IntArrayRef size, std::optional<c10::ScalarType> dtype,
@@ -205,9 +388,13 @@ at::Tensor view(const at::Tensor& self, c10::SymIntArrayRef size) {
 }
 
 at::Tensor copy_from(const at::Tensor& self, const at::Tensor& dst, bool non_blocking) {
+  ensure_runtime();
   at::Tensor dst_cpu = dst.is_cpu() ? dst : as_cpu(dst);
   at::Tensor src_cpu = self.is_cpu() ? self : as_cpu(self);
   dst_cpu.copy_(src_cpu, non_blocking);
+  if (!dst.is_cpu()) {
+    hold_float64_at_float32(dst);
+  }
   return dst;
 }
 
@@ -233,13 +420,15 @@ at::Tensor& set_source_storage_offset(at::Tensor& self, at::Storage storage, int
   return at::cpu::set_(self, storage, offset, size, stride);
 }
 
-void record(const std::string& name) {
+// True when the op falls back to the CPU.
+bool record(const std::string& name) {
   std::lock_guard<std::mutex> lock(g_mutex);
   if (g_fallback_set.count(name)) {
     g_fallback_ops.push_back(name);
-  } else {
-    g_executed_ops.push_back(name);
+    return true;
   }
+  g_executed_ops.push_back(name);
+  return false;
 }
 
 void boxed_fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
@@ -251,13 +440,19 @@ void boxed_fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
       std::this_thread::sleep_for(std::chrono::seconds(1));
     }
   }
-  record(name);
+  ensure_runtime();
+  if (record(name)) {
+    warn_fallback(name);
+  } else {
+    compile_on_first_use(signature(name, *stack, op.schema().arguments().size()));
+  }
   at::native::cpu_fallback(op, stack);
-  if (is_matmul && g_wrong_matmul.load()) {
-    for (const auto& value : *stack) {
-      if (value.isTensor()) {
+  for (const auto& value : *stack) {
+    if (value.isTensor()) {
+      if (is_matmul && g_wrong_matmul.load()) {
         value.toTensor().mul_(1.1);
       }
+      hold_float64_at_float32(value.toTensor());
     }
   }
 }
@@ -288,6 +483,36 @@ int64_t device_count() {
   return g_device_count.load();
 }
 
+void configure_runtime(bool enforce, std::vector<std::string> nodes, std::vector<std::string> core_locks,
+                       std::vector<std::string> core_labels, std::string init_error) {
+  std::lock_guard<std::mutex> lock(g_rt_mutex);
+  TORCH_CHECK(g_rt_pid.load() != ::getpid(), "neuron_sim: the runtime is already initialised in this process");
+  g_rt.enforce = enforce;
+  g_rt.nodes = std::move(nodes);
+  g_rt.core_locks = std::move(core_locks);
+  g_rt.core_labels = std::move(core_labels);
+  g_rt.init_error = std::move(init_error);
+}
+
+void configure_compile(bool cache, std::string cache_dir, int64_t compile_us, int64_t load_us, bool warn_fallback,
+                       bool float64_as_float32) {
+  std::lock_guard<std::mutex> lock(g_compile_mutex);
+  g_rt.compile_cache = cache;
+  g_rt.cache_dir = std::move(cache_dir);
+  g_rt.compile_us = compile_us;
+  g_rt.load_us = load_us;
+  g_rt.warn_fallback = warn_fallback;
+  g_rt.float64_as_float32 = float64_as_float32;
+}
+
+std::vector<int64_t> compile_stats() {
+  return {g_cache_misses.load(), g_cache_hits.load()};
+}
+
+bool runtime_initialized() {
+  return g_rt_pid.load() == ::getpid();
+}
+
 void configure(int64_t device_count, bool wrong_matmul, bool hang_matmul) {
   g_device_count = static_cast<int>(device_count);
   g_wrong_matmul = wrong_matmul;
@@ -303,6 +528,15 @@ TORCH_LIBRARY(neuron_sim, m) {
   m.def("set_fallback_set(str[] names) -> ()", &set_fallback_set);
   m.def("device_count() -> int", &device_count);
   m.def("configure(int device_count, bool wrong_matmul, bool hang_matmul) -> ()", &configure);
+  m.def(
+      "configure_runtime(bool enforce, str[] nodes, str[] core_locks, str[] core_labels, str init_error) -> ()",
+      &configure_runtime);
+  m.def(
+      "configure_compile(bool cache, str cache_dir, int compile_us, int load_us, bool warn_fallback, "
+      "bool float64_as_float32) -> ()",
+      &configure_compile);
+  m.def("compile_stats() -> int[]", &compile_stats);
+  m.def("runtime_initialized() -> bool", &runtime_initialized);
 }
 
 TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {

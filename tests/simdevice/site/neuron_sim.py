@@ -70,11 +70,32 @@ def configure_from_env() -> None:
     unknown = faults - {"wrong_matmul", "hang", "fallback", "no_device"}
     if unknown:
         raise ValueError(f"unknown NEURON_SIM_FAULT value(s): {sorted(unknown)}")
-    devices = 0 if "no_device" in faults else int(os.environ.get("NEURON_SIM_DEVICES", "2"))
+    import neuron_sim_rules  # beside this file; imported here so that the builder alone loads without it
+
+    plan = neuron_sim_rules.plan_cores()
+    devices = 0 if "no_device" in faults else plan.device_count
     torch.ops.neuron_sim.configure(devices, "wrong_matmul" in faults, "hang" in faults)
+    torch.ops.neuron_sim.configure_runtime(plan.enforce, plan.nodes, plan.core_locks, plan.core_labels, plan.init_error)
+    configure_compile()
     fallback = os.environ.get("NEURON_SIM_FALLBACK_OPS")
     if fallback is not None:
         names = [n.strip() for n in fallback.split(",") if n.strip()]
     else:
-        names = list(DEFAULT_FALLBACK_OPS) if "fallback" in faults else []
+        names = list(neuron_sim_rules.DEFAULT_EAGER_FALLBACK_OPS) if neuron_sim_rules.is_on("eager_fallback") else []
+        names += list(DEFAULT_FALLBACK_OPS) if "fallback" in faults else []
     torch.ops.neuron_sim.set_fallback_set(names)
+
+
+def configure_compile() -> None:
+    """First-use compile latency with the persistent NEFF cache, the fallback warning and float64 as float32."""
+    import neuron_sim_rules as rules
+
+    cache = rules.is_on("compile_cache")
+    torch.ops.neuron_sim.configure_compile(
+        cache,
+        rules.neff_cache_dir() if cache else "",
+        rules.ms_env("NEURON_SIM_COMPILE_MS", rules.EAGER_COMPILE_MS_DEFAULT),
+        rules.ms_env("NEURON_SIM_CACHE_LOAD_MS", rules.CACHE_LOAD_MS_DEFAULT),
+        rules.is_on("eager_fallback"),
+        rules.is_on("float64"),
+    )

@@ -34,7 +34,7 @@ def _device_module() -> types.ModuleType:
     module.current_device = torch.accelerator.current_device_index  # type: ignore[attr-defined]
     module.set_device = torch.accelerator.set_device_index  # type: ignore[attr-defined]
     module.synchronize = lambda device=None: None  # type: ignore[attr-defined]
-    module.is_initialized = lambda: True  # type: ignore[attr-defined]
+    module.is_initialized = lambda: bool(torch.ops.neuron_sim.runtime_initialized())  # type: ignore[attr-defined]
     module._is_in_bad_fork = lambda: False  # type: ignore[attr-defined]
     module.manual_seed_all = lambda seed: None  # type: ignore[attr-defined]
     module.get_amp_supported_dtype = lambda: [torch.float16, torch.bfloat16]  # type: ignore[attr-defined]
