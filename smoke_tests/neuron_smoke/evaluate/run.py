@@ -1,0 +1,188 @@
+"""verify-device --record DIR | --baseline DIR | --shapes LIST: the evaluation of a team's model, end to end."""
+
+from __future__ import annotations
+
+import copy
+import datetime
+import importlib
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from neuron_smoke import EXIT_CHECK_FAILED, EXIT_DEVICE_MISSING, EXIT_OK
+from neuron_smoke.backends import Backend, resolve
+from neuron_smoke.evaluate import SCHEMA, baseline, capture, compare, identity, readiness, sweep
+from neuron_smoke.evaluate.tensors import DEFAULT_FULL_LIMIT
+from neuron_smoke.host import host_facts
+from neuron_smoke.models import ModelSpec
+
+
+@dataclass
+class EvalOptions:
+    device: str
+    record: Path | None = None
+    baseline: Path | None = None
+    shapes: list[tuple[int, ...]] | None = None
+    out_dir: Path | None = None  # Markdown, HTML and JSON reports
+    report: Path | None = None  # the JSON report (--report)
+    rtol: float = 1e-3
+    iterations: int = 10
+    warmup: int = 3
+    full_tensor_limit: int = DEFAULT_FULL_LIMIT
+    compile_backend: str | None = None
+
+
+def versions(backend: Backend) -> dict[str, str]:
+    from importlib.metadata import PackageNotFoundError, version
+
+    found = {"python": sys.version.split()[0], "torch": torch.__version__}
+    for dist in ("torch-neuronx", "neuronx-cc", "nki", "transformers", "safetensors"):
+        try:
+            found[dist] = version(dist)
+        except PackageNotFoundError:
+            found[dist] = "not installed"
+    if backend.name == "cuda" and torch.cuda.is_available():
+        found["cuda"] = str(torch.version.cuda)
+        found["gpu"] = torch.cuda.get_device_name(0)
+    return found
+
+
+def _open_device(backend: Backend) -> Any:
+    """The device module (False when the backend has none), or None when the device is not present."""
+    module = backend.import_module()
+    nodes = backend.device_nodes()
+    if (nodes is not None and not nodes) or backend.device_count() < 1:
+        return None
+    return module if module is not None else False
+
+
+def evaluate(opts: EvalOptions, spec: ModelSpec) -> int:
+    started = time.perf_counter()
+    base = baseline.load(opts.baseline) if opts.baseline else None
+    current = identity.fingerprint(spec)
+    if base is not None:
+        identity.check(base.index["model"], current, str(opts.baseline))
+    backend = resolve(opts.device)
+    try:
+        module = _open_device(backend)
+    except ImportError as exc:
+        print(f"verify-device: {backend.name}: cannot import {backend.module}: {exc}", file=sys.stderr)
+        return EXIT_DEVICE_MISSING
+    if module is None:
+        print(f"verify-device: no {backend.name} device here. {backend.missing_help}", file=sys.stderr)
+        return EXIT_DEVICE_MISSING
+    tracker = module if backend.tracks_fallback and hasattr(module, "get_fallback_ops") else None
+    sync = backend.synchronize
+    data: dict[str, Any] = {
+        "schema": SCHEMA,
+        "mode": "compare" if base is not None else ("record" if opts.record else "scan"),
+        "started": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
+        "model": current,
+        "device": {
+            "requested": opts.device,
+            "backend": backend.name,
+            "compile_backend": _compile_backend(opts, backend),
+        },
+        "host": host_facts(),
+        "versions": versions(backend),
+        "rtol": opts.rtol,
+    }
+    print(f"neuron-eval: {spec.name} on {backend.name} ({data['mode']})", flush=True)
+    dev = capture.train_step(spec, backend.device_type, with_inventory=True, tracker=tracker, synchronize=sync)
+    assert dev.inventory is not None
+    data["inventory"] = dev.inventory.to_list()
+    data["timing"] = capture.time_steps(spec, backend.device_type, opts.warmup, opts.iterations, sync)
+    _print_timing(data["timing"])
+    compile_error = _try_compile(spec, backend.device_type, data["device"]["compile_backend"], sync)
+    data["readiness"] = readiness.scan(spec.model, dev.inventory, dev.fallback_ops, compile_error)
+    data["fallback_ops"] = dev.fallback_ops
+    if opts.shapes:
+        data["sweep"] = sweep.run(
+            spec.model, spec.inputs, opts.shapes, backend.device_type, data["device"]["compile_backend"],
+            opts.iterations, sync, module or None,
+        )  # fmt: skip
+    if base is not None or backend.device_type != "cpu":
+        _compare(data, spec, dev, base, opts)
+    if opts.record:
+        index = {k: data[k] for k in ("model", "device", "host", "versions", "timing", "started")}
+        index["inventory"] = data["inventory"]
+        index["order"] = dev.order
+        baseline.save(opts.record, index, dev.tensors, opts.full_tensor_limit)
+        data["baseline_written"] = str(opts.record)
+        print(f"  baseline: {len(dev.tensors)} tensors -> {opts.record}", flush=True)
+    data["duration_s"] = round(time.perf_counter() - started, 3)
+    data["exit_code"] = EXIT_CHECK_FAILED if _failed(data) else EXIT_OK
+    _write(data, opts)
+    return int(data["exit_code"])
+
+
+def _compile_backend(opts: EvalOptions, backend: Backend) -> str:
+    return opts.compile_backend or backend.compile_backend
+
+
+def _compare(
+    data: dict[str, Any], spec: ModelSpec, dev: capture.Capture, base: baseline.Baseline | None, opts: EvalOptions
+) -> None:
+    cpu = capture.train_step(spec, "cpu")
+    rows = compare.per_tensor(dev, cpu, base, opts.rtol)
+    data["tensors"] = rows
+    data["missing"] = compare.missing(dev, cpu, base)
+    data["layers"] = compare.per_layer(rows, dev.order)
+    data["origins"] = {ref: compare.origins(rows, dev.order, ref, opts.rtol) for ref in compare.REFS}
+    if base is not None:
+        data["baseline"] = {
+            "path": str(base.path),
+            "device": base.index["device"],
+            "versions": base.index["versions"],
+            "timing": base.index["timing"],
+            "started": base.index["started"],
+        }
+    bad = [r for r in rows if not r["ok"]]
+    for ref in compare.REFS:
+        layers = ", ".join(o["layer"] for o in data["origins"][ref]) or "none"
+        print(f"  error starts (vs {ref}): {layers}", flush=True)
+    print(f"  tensors: {len(rows)} compared, {len(bad)} beyond rtol {opts.rtol:g}", flush=True)
+
+
+def _try_compile(spec: ModelSpec, device: str, backend: str, sync: Any) -> BaseException | None:
+    model = copy.deepcopy(spec.model).to(device).eval()
+    inputs = tuple(x.to(device) for x in spec.inputs)
+    torch._dynamo.reset()
+    try:
+        with torch.no_grad():
+            torch.compile(model, backend=backend, dynamic=False)(*inputs)
+        sync()
+    except Exception as exc:  # reported as a readiness finding, not a crash
+        return exc
+    return None
+
+
+def _failed(data: dict[str, Any]) -> bool:
+    if any(not r["ok"] for r in data.get("tensors", [])):
+        return True
+    gone = data.get("missing", {})
+    return bool(gone.get("only_in_baseline") or gone.get("only_in_cpu_run"))
+
+
+def _print_timing(t: dict[str, Any]) -> None:
+    print(
+        f"  timing: first call {t['first_call_s']:.3f}s, p50 {t['p50_ms']:.3g} ms, p95 {t['p95_ms']:.3g} ms "
+        f"over {t['iterations']}",
+        flush=True,
+    )
+
+
+def _write(data: dict[str, Any], opts: EvalOptions) -> None:
+    report = importlib.import_module("neuron_smoke.evaluate.report")
+    out_dir = opts.out_dir or opts.record
+    if opts.report:
+        report.write_json(data, opts.report)
+    if out_dir:
+        written = report.write_all(data, out_dir)
+        print(f"  report: {', '.join(str(p) for p in written)}", flush=True)
+    if not opts.report and not out_dir:
+        print("  (no --report FILE or --eval-report DIR: nothing written)", flush=True)
