@@ -24,6 +24,28 @@ from neuron_smoke.models import ModelSpec
 LR = 0.1  # as stage 4: SGD keeps the update linear in the gradient
 
 
+def move(model: nn.Module, device: str) -> tuple[nn.Module, list[str]]:
+    """A copy of the model on `device`, with shared (tied) parameters shared again if the move untied them.
+
+    Module.to() keeps a parameter shared only when it can swap the tensor in place; across some device types it
+    makes one new Parameter per module instead (seen on the simulated device with GPT-2's lm_head/wte), so the
+    model would train two separate weights. The returned notes name each pair re-tied, for the readiness scan.
+    """
+    groups: dict[int, list[str]] = {}
+    for name, p in model.named_parameters(remove_duplicate=False):
+        groups.setdefault(id(p), []).append(name)
+    moved = copy.deepcopy(model).to(device)
+    notes = []
+    for names in (g for g in groups.values() if len(g) > 1):
+        first = moved.get_parameter(names[0])
+        for other in names[1:]:
+            if moved.get_parameter(other) is not first:
+                owner, _, attr = other.rpartition(".")
+                setattr(moved.get_submodule(owner), attr, first)
+                notes.append(f"{other} was untied from {names[0]} by .to({device!r}); tied again")
+    return moved, notes
+
+
 @dataclass
 class Capture:
     device: str
@@ -32,6 +54,7 @@ class Capture:
     order: list[str] = field(default_factory=list)  # modules in the order their forward finished
     inventory: inv.Inventory | None = None
     fallback_ops: list[str] | None = None
+    untied: list[str] = field(default_factory=list)
 
 
 def float_leaves(value: Any) -> list[torch.Tensor]:
@@ -86,7 +109,7 @@ def train_step(
 ) -> Capture:
     """One step on `device`; every tensor in the Capture is on the CPU. `tracker` is torch_neuronx (or None)."""
     cap = Capture(device=device)
-    model = copy.deepcopy(spec.model).to(device)
+    model, cap.untied = move(spec.model, device)
     inputs = tuple(x.to(device) for x in spec.inputs)
     optimizer = torch.optim.SGD(model.parameters(), lr=LR, momentum=0.9)
     handles = _hook_modules(model, cap) if activations else []
@@ -121,7 +144,7 @@ def time_steps(
     spec: ModelSpec, device: str, warmup: int, iterations: int, synchronize: Callable[[], None]
 ) -> dict[str, Any]:
     """Forward, loss and backward, bare: the first call, then p50/p95 over `iterations` after `warmup`."""
-    model = copy.deepcopy(spec.model).to(device)
+    model = move(spec.model, device)[0]
     inputs = tuple(x.to(device) for x in spec.inputs)
 
     def step() -> float:
@@ -152,7 +175,7 @@ def _percentile(sorted_times: list[float], pct: float) -> float:
 
 def run_bare(spec: ModelSpec, device: str, steps: int, synchronize: Callable[[], None]) -> float:
     """Seconds for `steps` bare forward/loss/backward steps on a fresh copy (the benchmark's reference)."""
-    model = copy.deepcopy(spec.model).to(device)
+    model = move(spec.model, device)[0]
     inputs = tuple(x.to(device) for x in spec.inputs)
     start = time.perf_counter()
     for _ in range(steps):

@@ -1,7 +1,8 @@
 """The op inventory: every aten op a model step dispatches, with its call count, dtypes and calling module.
 
 A TorchDispatchMode sees each op after autograd (forward and backward); torch's ModuleTracker says which modules
-are active, forward and backward, and the innermost is named. It is taken over one step only: the timed steps run
+are active, forward and backward, and the innermost is named. A TorchFunctionMode notes torch functions called
+inside torch.func transforms, which the dispatch mode cannot tell apart. It is taken over one step only: the timed steps run
 bare, so the inventory costs one slow step, not a slower steady state.
 """
 
@@ -13,6 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import torch
+from torch.overrides import TorchFunctionMode, resolve_name
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_leaves
 from torch.utils.module_tracker import ModuleTracker
@@ -29,7 +31,7 @@ class OpRecord:
     dtypes: set[str] = field(default_factory=set)
     layouts: set[str] = field(default_factory=set)  # non-strided layouts only (sparse)
     nested: bool = False
-    under_transform: bool = False  # inside a torch.func transform (vmap, grad, jacrev, ...)
+    under_transform: bool = False  # a torch function called inside a torch.func transform (vmap, grad, ...)
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -49,10 +51,7 @@ def op_name(func: Any) -> str:
 
 
 def _transform_active() -> bool:
-    try:
-        return torch._C._functorch.peek_interpreter_stack() is not None
-    except AttributeError:  # pragma: no cover - older torch
-        return False
+    return torch._C._functorch.peek_interpreter_stack() is not None
 
 
 class _Recorder(TorchDispatchMode):  # type: ignore[no-untyped-call]  # untyped in torch
@@ -84,9 +83,28 @@ class _Recorder(TorchDispatchMode):  # type: ignore[no-untyped-call]  # untyped 
                     rec.layouts.add(str(t.layout).removeprefix("torch."))
                 if t.is_nested:
                     rec.nested = True
-        if _transform_active():
-            rec.under_transform = True
         return func(*args, **kwargs)
+
+    def note_transform(self, func: Any) -> None:
+        """A torch function called inside a torch.func transform (the dispatch mode sees only the unbatched ops)."""
+        key = (resolve_name(func) or getattr(func, "__name__", str(func)), self._module(), "forward")
+        rec = self.records.get(key)
+        if rec is None:
+            rec = self.records[key] = OpRecord(*key, under_transform=True)
+        rec.calls += 1
+
+
+class _TransformWatch(TorchFunctionMode):
+    """Sees torch functions above the functorch layers, where a vmap/grad/jacrev interpreter is still active."""
+
+    def __init__(self, recorder: _Recorder) -> None:
+        super().__init__()
+        self.recorder = recorder
+
+    def __torch_function__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
+        if _transform_active():
+            self.recorder.note_transform(func)
+        return func(*args, **(kwargs or {}))
 
 
 @dataclass
@@ -112,6 +130,6 @@ def recording(model: torch.nn.Module) -> Iterator[Inventory]:
     tracker = ModuleTracker()
     inventory = Inventory()
     recorder = _Recorder(tracker, type(model).__name__)
-    with tracker, recorder:
+    with tracker, recorder, _TransformWatch(recorder):
         yield inventory
     inventory.records = list(recorder.records.values())

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import copy
 import datetime
 import importlib
 import sys
@@ -99,6 +98,8 @@ def evaluate(opts: EvalOptions, spec: ModelSpec) -> int:
     _print_timing(data["timing"])
     compile_error = _try_compile(spec, backend.device_type, data["device"]["compile_backend"], sync)
     data["readiness"] = readiness.scan(spec.model, dev.inventory, dev.fallback_ops, compile_error)
+    data["readiness"]["untied"] = dev.untied
+    data["readiness"]["findings"] += len(dev.untied)
     data["fallback_ops"] = dev.fallback_ops
     if opts.shapes:
         data["sweep"] = sweep.run(
@@ -149,7 +150,7 @@ def _compare(
 
 
 def _try_compile(spec: ModelSpec, device: str, backend: str, sync: Any) -> BaseException | None:
-    model = copy.deepcopy(spec.model).to(device).eval()
+    model = capture.move(spec.model, device)[0].eval()
     inputs = tuple(x.to(device) for x in spec.inputs)
     torch._dynamo.reset()
     try:

@@ -125,8 +125,10 @@ def _readiness(data: dict[str, Any]) -> Section:
     s.rows += [[f"unsupported area: {u['area']}", u["op"], u["module"], u["calls"]] for u in r["unsupported"]]
     s.rows += [["float64 runs as float32", f"{f['what']} {f['name']}", f["module"], None] for f in r["float64"]]
     s.rows += [["fell back to CPU", f["op"], f["module"], f["calls"]] for f in r["fallback"]]
+    s.rows += [["tied weights untied by .to(device)", note, None, None] for note in r.get("untied", [])]
     if not s.rows and not r["compile_failure"]:
         s.text.append("Nothing found.")
+        s.headers = []
     return s
 
 

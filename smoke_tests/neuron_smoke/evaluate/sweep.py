@@ -8,7 +8,6 @@ device_compiles); the report says which count it shows.
 
 from __future__ import annotations
 
-import copy
 import math
 import statistics
 import time
@@ -18,6 +17,7 @@ from typing import Any
 import torch
 
 from neuron_smoke.errors import UsageError
+from neuron_smoke.evaluate.capture import move
 
 # Dynamo stops recompiling a frame after this many graphs and falls back to eager, which would hide compiles.
 RECOMPILE_LIMIT = 64
@@ -93,7 +93,7 @@ def run(
 ) -> dict[str, Any]:
     torch._dynamo.reset()
     counter = CountingBackend(backend)
-    module = copy.deepcopy(model).to(device).eval()
+    module = move(model, device)[0].eval()
     old_limit = torch._dynamo.config.recompile_limit
     torch._dynamo.config.recompile_limit = max(old_limit, RECOMPILE_LIMIT)
     dev_before = device_compiles(device_module)
