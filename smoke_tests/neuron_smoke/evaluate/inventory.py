@@ -2,8 +2,8 @@
 
 A TorchDispatchMode sees each op after autograd (forward and backward); torch's ModuleTracker says which modules
 are active, forward and backward, and the innermost is named. A TorchFunctionMode notes torch functions called
-inside torch.func transforms, which the dispatch mode cannot tell apart. It is taken over one step only: the timed steps run
-bare, so the inventory costs one slow step, not a slower steady state.
+inside torch.func transforms, which the dispatch mode cannot tell apart. It is taken over one step only: the
+timed steps run bare, so the inventory costs one slow step, not a slower steady state.
 """
 
 from __future__ import annotations
