@@ -7,6 +7,7 @@ torch.save and read back with torch.load(weights_only=True), so loading never ru
 
 from __future__ import annotations
 
+import importlib
 import json
 import os
 import shutil
@@ -20,8 +21,9 @@ import torch
 from neuron_smoke.errors import UsageError
 from neuron_smoke.evaluate import BASELINE_SCHEMA, tensors
 
+st: Any
 try:
-    import safetensors.torch as st
+    st = importlib.import_module("safetensors.torch")
 except ImportError:  # the optional `eval` extra is not installed
     st = None
 

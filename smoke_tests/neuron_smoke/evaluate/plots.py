@@ -2,35 +2,39 @@
 
 from __future__ import annotations
 
+import importlib.util
 import io
 from typing import Any
-
-try:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-except ImportError:  # the optional `eval` extra is not installed
-    plt = None
 
 FLOOR = 1e-12  # errors are drawn on a log scale; an exact match sits on the floor
 
 
 def available() -> bool:
-    return plt is not None
+    return importlib.util.find_spec("matplotlib") is not None
+
+
+def _pyplot() -> Any:
+    """matplotlib.pyplot on the Agg backend, imported on the first plot (it costs about a second)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt
 
 
 def _png(fig: Any) -> bytes:
     buf = io.BytesIO()
     fig.tight_layout()
     fig.savefig(buf, format="png", dpi=90)
-    plt.close(fig)
+    _pyplot().close(fig)
     return buf.getvalue()
 
 
 def layer_errors(layers: list[dict[str, Any]], rtol: float) -> bytes | None:
-    if plt is None or not layers:
+    if not available() or not layers:
         return None
+    plt = _pyplot()
     names = [entry["layer"] for entry in layers]
     fig, ax = plt.subplots(figsize=(9, max(2.5, 0.22 * len(names) + 1)))
     y = list(range(len(names)))
@@ -48,8 +52,9 @@ def layer_errors(layers: list[dict[str, Any]], rtol: float) -> bytes | None:
 
 
 def sweep_times(rows: list[dict[str, Any]]) -> bytes | None:
-    if plt is None or not rows:
+    if not available() or not rows:
         return None
+    plt = _pyplot()
     shapes = [r["shape"] for r in rows]
     fig, ax = plt.subplots(figsize=(7, 3.2))
     x = list(range(len(shapes)))
@@ -64,8 +69,9 @@ def sweep_times(rows: list[dict[str, Any]]) -> bytes | None:
 
 
 def fallback_modules(rows: list[dict[str, Any]]) -> bytes | None:
-    if plt is None or not rows:
+    if not available() or not rows:
         return None
+    plt = _pyplot()
     labels = [f"{r['module']}: {r['op']}" for r in rows]
     fig, ax = plt.subplots(figsize=(7, max(2.0, 0.3 * len(labels) + 1)))
     ax.barh(range(len(labels)), [r["calls"] or 0 for r in rows], color="tab:purple")

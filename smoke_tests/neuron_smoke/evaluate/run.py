@@ -59,8 +59,21 @@ def _open_device(backend: Backend) -> Any:
     return module if module is not None else False
 
 
+class Phases:
+    """Seconds per phase of the run, for the report and the overhead benchmark."""
+
+    def __init__(self) -> None:
+        self.seconds: dict[str, float] = {}
+        self._last = time.perf_counter()
+
+    def done(self, name: str) -> None:
+        now = time.perf_counter()
+        self.seconds[name] = round(self.seconds.get(name, 0.0) + now - self._last, 4)
+        self._last = now
+
+
 def evaluate(opts: EvalOptions, spec: ModelSpec) -> int:
-    started = time.perf_counter()
+    phases = Phases()
     base = baseline.load(opts.baseline) if opts.baseline else None
     current = identity.fingerprint(spec)
     if base is not None:
@@ -74,9 +87,31 @@ def evaluate(opts: EvalOptions, spec: ModelSpec) -> int:
     if module is None:
         print(f"verify-device: no {backend.name} device here. {backend.missing_help}", file=sys.stderr)
         return EXIT_DEVICE_MISSING
-    tracker = module if backend.tracks_fallback and hasattr(module, "get_fallback_ops") else None
-    sync = backend.synchronize
-    data: dict[str, Any] = {
+    data = _header(opts, spec, backend, current, base)
+    phases.done("load")
+    print(f"neuron-eval: {spec.name} on {backend.name} ({data['mode']})", flush=True)
+    dev = _measure(data, opts, spec, backend, module, phases)
+    if base is not None or backend.device_type != "cpu":
+        _compare(data, spec, dev, base, opts)
+        phases.done("compare")
+    if opts.record:
+        index = {k: data[k] for k in ("model", "device", "host", "versions", "timing", "started", "inventory")}
+        index["order"] = dev.order
+        baseline.save(opts.record, index, dev.tensors, opts.full_tensor_limit)
+        data["baseline_written"] = str(opts.record)
+        print(f"  baseline: {len(dev.tensors)} tensors -> {opts.record}", flush=True)
+        phases.done("save")
+    data["exit_code"] = EXIT_CHECK_FAILED if _failed(data) else EXIT_OK
+    data["phases_s"] = phases.seconds
+    _write(data, opts)
+    phases.done("report")
+    return int(data["exit_code"])
+
+
+def _header(
+    opts: EvalOptions, spec: ModelSpec, backend: Backend, current: dict[str, Any], base: baseline.Baseline | None
+) -> dict[str, Any]:
+    return {
         "schema": SCHEMA,
         "mode": "compare" if base is not None else ("record" if opts.record else "scan"),
         "started": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
@@ -84,45 +119,41 @@ def evaluate(opts: EvalOptions, spec: ModelSpec) -> int:
         "device": {
             "requested": opts.device,
             "backend": backend.name,
-            "compile_backend": _compile_backend(opts, backend),
+            "compile_backend": opts.compile_backend or backend.compile_backend,
         },
         "host": host_facts(),
         "versions": versions(backend),
         "rtol": opts.rtol,
     }
-    print(f"neuron-eval: {spec.name} on {backend.name} ({data['mode']})", flush=True)
+
+
+def _measure(
+    data: dict[str, Any], opts: EvalOptions, spec: ModelSpec, backend: Backend, module: Any, phases: Phases
+) -> capture.Capture:
+    """The instrumented step (inventory, activations, fallback), the bare timed steps, the sweep, readiness."""
+    tracker = module if backend.tracks_fallback and hasattr(module, "get_fallback_ops") else None
+    sync = backend.synchronize
     dev = capture.train_step(spec, backend.device_type, with_inventory=True, tracker=tracker, synchronize=sync)
     assert dev.inventory is not None
     data["inventory"] = dev.inventory.to_list()
+    data["fallback_ops"] = dev.fallback_ops
+    phases.done("instrumented_step")
     data["timing"] = capture.time_steps(spec, backend.device_type, opts.warmup, opts.iterations, sync)
     _print_timing(data["timing"])
-    compile_error = _try_compile(spec, backend.device_type, data["device"]["compile_backend"], sync)
+    phases.done("timed_steps")
+    compile_error = None
+    if opts.shapes:
+        compile_backend = data["device"]["compile_backend"]
+        data["sweep"], compile_error = sweep.run(
+            spec.model, spec.inputs, opts.shapes, backend.device_type, compile_backend, opts.iterations, sync,
+            module or None,
+        )  # fmt: skip
+        phases.done("sweep")
     data["readiness"] = readiness.scan(spec.model, dev.inventory, dev.fallback_ops, compile_error)
+    data["readiness"]["compile_tried"] = bool(opts.shapes)
     data["readiness"]["untied"] = dev.untied
     data["readiness"]["findings"] += len(dev.untied)
-    data["fallback_ops"] = dev.fallback_ops
-    if opts.shapes:
-        data["sweep"] = sweep.run(
-            spec.model, spec.inputs, opts.shapes, backend.device_type, data["device"]["compile_backend"],
-            opts.iterations, sync, module or None,
-        )  # fmt: skip
-    if base is not None or backend.device_type != "cpu":
-        _compare(data, spec, dev, base, opts)
-    if opts.record:
-        index = {k: data[k] for k in ("model", "device", "host", "versions", "timing", "started")}
-        index["inventory"] = data["inventory"]
-        index["order"] = dev.order
-        baseline.save(opts.record, index, dev.tensors, opts.full_tensor_limit)
-        data["baseline_written"] = str(opts.record)
-        print(f"  baseline: {len(dev.tensors)} tensors -> {opts.record}", flush=True)
-    data["duration_s"] = round(time.perf_counter() - started, 3)
-    data["exit_code"] = EXIT_CHECK_FAILED if _failed(data) else EXIT_OK
-    _write(data, opts)
-    return int(data["exit_code"])
-
-
-def _compile_backend(opts: EvalOptions, backend: Backend) -> str:
-    return opts.compile_backend or backend.compile_backend
+    return dev
 
 
 def _compare(
@@ -147,19 +178,6 @@ def _compare(
         layers = ", ".join(o["layer"] for o in data["origins"][ref]) or "none"
         print(f"  error starts (vs {ref}): {layers}", flush=True)
     print(f"  tensors: {len(rows)} compared, {len(bad)} beyond rtol {opts.rtol:g}", flush=True)
-
-
-def _try_compile(spec: ModelSpec, device: str, backend: str, sync: Any) -> BaseException | None:
-    model = capture.move(spec.model, device)[0].eval()
-    inputs = tuple(x.to(device) for x in spec.inputs)
-    torch._dynamo.reset()
-    try:
-        with torch.no_grad():
-            torch.compile(model, backend=backend, dynamic=False)(*inputs)
-        sync()
-    except Exception as exc:  # reported as a readiness finding, not a crash
-        return exc
-    return None
 
 
 def _failed(data: dict[str, Any]) -> bool:

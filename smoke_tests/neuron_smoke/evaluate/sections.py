@@ -60,8 +60,8 @@ def _summary(data: dict[str, Any]) -> Section:
 def _origins(data: dict[str, Any]) -> Section:
     s = Section("Where errors start")
     s.text.append(
-        "A layer is named when its inputs agree with the reference and its output does not: the error starts "
-        "there. Later layers inherit it and are not named."
+        "A layer is named when its inputs agree with the reference and its output does not (by at least 10x its "
+        "inputs' error): the error starts there. Later layers inherit it and are not named."
     )
     s.headers = ["reference", "layer", "input error", "output error"]
     for ref, found in data["origins"].items():
@@ -117,6 +117,8 @@ def _readiness(data: dict[str, Any]) -> Section:
     s = Section("Readiness")
     if not r["fallback_tracked"]:
         s.text.append(f"CPU fallback is not tracked on {data['device']['backend']}; run on the neuron device.")
+    if not r.get("compile_tried"):
+        s.text.append("torch.compile was not tried: pass --shapes to compile the model per input shape.")
     if r["compile_failure"]:
         ops = r["compile_failure"]["ops"]
         where = "; ".join(f"{op} in {', '.join(mods)}" for op, mods in ops.items()) or "no op named"
@@ -143,6 +145,8 @@ def _fallback(data: dict[str, Any]) -> Section:
 def _sweep(sw: dict[str, Any]) -> Section:
     s = Section("Shape sweep (torch.compile, dynamic=False)")
     dev = sw["device_compiles"]
+    if sw.get("failed_at"):
+        s.text.append(f"torch.compile failed at shape {sw['failed_at']}; see Readiness.")
     s.text.append(
         f"{sw['compiles']} graph(s) compiled for {sw['distinct_shapes']} distinct shape(s) ({sw['recompiles']} "
         f"recompile(s)); device compile cache: {'not reported' if dev is None else dev}. {sw['buckets']['note']}."

@@ -90,7 +90,8 @@ def run(
     iterations: int,
     synchronize: Callable[[], None],
     device_module: Any = None,
-) -> dict[str, Any]:
+) -> tuple[dict[str, Any], BaseException | None]:
+    """The sweep's numbers, and the exception torch.compile raised (the sweep stops at the first), if any."""
     torch._dynamo.reset()
     counter = CountingBackend(backend)
     module = move(model, device)[0].eval()
@@ -98,16 +99,21 @@ def run(
     torch._dynamo.config.recompile_limit = max(old_limit, RECOMPILE_LIMIT)
     dev_before = device_compiles(device_module)
     rows = []
+    error: BaseException | None = None
     try:
         compiled = torch.compile(module, backend=counter, dynamic=False)
         for i, shape in enumerate(shapes):
             inputs = tuple(x.to(device) for x in inputs_for(example, shape, seed=1000 + i))
-            rows.append(_one_shape(compiled, inputs, shape, counter, iterations, synchronize))
+            try:
+                rows.append(_one_shape(compiled, inputs, shape, counter, iterations, synchronize))
+            except Exception as exc:  # a readiness finding: the op that failed is looked up in the inventory
+                error = exc
+                break
     finally:
         torch._dynamo.config.recompile_limit = old_limit
     dev_after = device_compiles(device_module)
     distinct = len({r["shape"] for r in rows})
-    return {
+    result = {
         "backend": backend,
         "dynamic": False,
         "shapes": rows,
@@ -116,7 +122,9 @@ def run(
         "device_compiles": None if dev_before is None or dev_after is None else dev_after - dev_before,
         "distinct_shapes": distinct,
         "buckets": suggest_buckets([tuple(int(d) for d in r["shape"].split("x")) for r in rows]),
+        "failed_at": None if error is None else "x".join(map(str, shapes[len(rows)])),
     }
+    return result, error
 
 
 def _one_shape(

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib
 from typing import Any
 
 import torch
@@ -16,7 +17,7 @@ BATCH, SEQ = 2, 32
 
 def make(build: Any) -> tuple[nn.Module, tuple[torch.Tensor, ...], LossFn]:
     try:
-        import transformers
+        transformers: Any = importlib.import_module("transformers")
     except ImportError as exc:
         raise UsageError(
             f"this example needs transformers (pip install 'neuron-torch[eval]' or transformers): {exc}"
