@@ -50,12 +50,11 @@ def save(path: Path, index: dict[str, Any], captured: dict[str, torch.Tensor], l
     entries: dict[str, Any] = {}
     values: dict[str, torch.Tensor] = {}
     for name, t in captured.items():
-        entry = tensors.summary(t)
         if t.numel() <= limit or not tensors.comparable(t):
-            entry["stored"] = "full"
+            entry = {"shape": list(t.shape), "dtype": str(t.dtype).removeprefix("torch."), "stored": "full"}
             values[name] = t.contiguous()
-        else:
-            entry["stored"] = "sketch"
+        else:  # the values are not kept: keep their statistics beside the projection
+            entry = {**tensors.summary(t), "stored": "sketch"}
             values[f"sketch:{name}"] = tensors.sketch(t)
         entries[name] = entry
     index = {**index, "schema": BASELINE_SCHEMA, "full_tensor_limit": limit, "tensors": entries}
@@ -69,7 +68,8 @@ def save(path: Path, index: dict[str, Any], captured: dict[str, torch.Tensor], l
         else:
             torch.save(values, tmp / "tensors.pt")
             index["format"] = "torch.save"
-        (tmp / "index.json").write_text(json.dumps(index, indent=1, sort_keys=True) + "\n", encoding="utf-8")
+        # Compact: the indented encoder is pure Python and costs more than the step it records.
+        (tmp / "index.json").write_text(json.dumps(index, separators=(",", ":")) + "\n", encoding="utf-8")
         if path.exists():
             shutil.rmtree(path) if _is_baseline(path) else _refuse_overwrite(path)
         os.replace(tmp, path)

@@ -16,7 +16,6 @@ from typing import Any
 import torch
 from torch.overrides import TorchFunctionMode, resolve_name
 from torch.utils._python_dispatch import TorchDispatchMode
-from torch.utils._pytree import tree_leaves
 from torch.utils.module_tracker import ModuleTracker
 
 ROOT = "(root)"
@@ -44,6 +43,20 @@ class OpRecord:
             "nested": self.nested,
             "under_transform": self.under_transform,
         }
+
+
+_DTYPE = {torch.float32: "float32", torch.float64: "float64", torch.bfloat16: "bfloat16", torch.int64: "int64"}
+
+
+def _tensors(args: Any, kwargs: Any) -> list[torch.Tensor]:
+    """The tensors among an op's arguments, one list level deep (aten schemas nest no further); pytree is slower."""
+    found = []
+    for a in (*args, *kwargs.values()):
+        if isinstance(a, torch.Tensor):
+            found.append(a)
+        elif isinstance(a, list | tuple):
+            found.extend(t for t in a if isinstance(t, torch.Tensor))
+    return found
 
 
 def op_name(func: Any) -> str:
@@ -76,13 +89,12 @@ class _Recorder(TorchDispatchMode):  # type: ignore[no-untyped-call]  # untyped 
         if rec is None:
             rec = self.records[key] = OpRecord(*key)
         rec.calls += 1
-        for t in tree_leaves((args, kwargs)):
-            if isinstance(t, torch.Tensor):
-                rec.dtypes.add(str(t.dtype).removeprefix("torch."))
-                if t.layout != torch.strided:
-                    rec.layouts.add(str(t.layout).removeprefix("torch."))
-                if t.is_nested:
-                    rec.nested = True
+        for t in _tensors(args, kwargs):
+            rec.dtypes.add(_DTYPE.get(t.dtype) or str(t.dtype).removeprefix("torch."))
+            if t.layout != torch.strided:
+                rec.layouts.add(str(t.layout).removeprefix("torch."))
+            if t.is_nested:
+                rec.nested = True
         return func(*args, **kwargs)
 
     def note_transform(self, func: Any) -> None:

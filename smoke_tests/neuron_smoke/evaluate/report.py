@@ -38,7 +38,7 @@ def _json_safe(value: Any) -> Any:
 
 
 def write_json(data: dict[str, Any], path: Path) -> None:
-    _atomic_write(path, (json.dumps(_json_safe(data), indent=1) + "\n").encode())
+    _atomic_write(path, (json.dumps(_json_safe(data), separators=(",", ":")) + "\n").encode())
 
 
 def cell(value: Any) -> str:
