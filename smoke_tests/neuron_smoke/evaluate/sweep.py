@@ -175,7 +175,7 @@ def suggest_buckets(shapes: list[tuple[int, ...]]) -> dict[str, Any]:
     note = (
         f"padding to buckets ({dims}) would compile {len(bucketed)} graph(s) instead of {len(distinct)}"
         if saving > 0
-        else f"every shape is already on a power-of-two bucket ({dims}); padding would not save compiles"
+        else f"padding to power-of-two buckets ({dims}) would not save compiles: {len(distinct)} graph(s) either way"
     )
     return {"boundaries": boundaries, "compiles_now": len(distinct), "compiles_bucketed": len(bucketed), "note": note}
 
