@@ -65,10 +65,14 @@ def test_record_writes_a_portable_baseline(mlp_baseline: Path) -> None:
 
 def test_compare_on_the_device_passes_and_renders_every_report(sim_env: dict[str, str], mlp_baseline: Path,
                                                                 tmp_path: Path) -> None:  # fmt: skip
-    run = compare(_env(sim_env), tmp_path, mlp_baseline)
+    run = compare(_env(sim_env), tmp_path, mlp_baseline, MLP, "--shapes", "4x32,8x32,4x32")
     assert run.returncode == 0, run.output
     data = json.loads((tmp_path / "compare" / "report.json").read_text())
     assert data["mode"] == "compare" and data["device"]["backend"] == "neuron"
+    sweep = data["sweep"]
+    assert (sweep["backend"], sweep["compiles"], sweep["recompiles"]) == ("neuron", 2, 1)
+    assert [r["compiled_graphs"] for r in sweep["shapes"]] == [1, 1, 0]
+    assert data["readiness"]["compile_tried"] and data["readiness"]["compile_failure"] is None
     assert data["origins"] == {"baseline": [], "cpu": []}
     assert all(r["ok"] for r in data["tensors"]) and len(data["tensors"]) == 24
     sketched = next(r for r in data["tensors"] if r["tensor"] == "weight/fc2.weight")
@@ -79,6 +83,8 @@ def test_compare_on_the_device_passes_and_renders_every_report(sim_env: dict[str
     assert base64.b64decode(png).startswith(b"\x89PNG")  # the layer plot, embedded
     markdown = (tmp_path / "compare" / "report.md").read_text()
     assert "![Per layer](report-layers.png)" in markdown and (tmp_path / "compare" / "report-layers.png").is_file()
+    assert "2 graph(s) compiled for 2 distinct shape(s) (1 recompile(s))" in markdown
+    assert html.count("data:image/png;base64,") == 2  # the layers and the sweep
 
 
 def test_an_error_injected_in_one_layer_is_named_there_and_nowhere_else(

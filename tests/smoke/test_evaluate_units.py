@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import pytest
 import torch
 from neuron_smoke.errors import UsageError
-from neuron_smoke.evaluate import compare, identity, inventory, readiness, sweep, tensors
+from neuron_smoke.evaluate import baseline, compare, identity, inventory, readiness, sweep, tensors
 from neuron_smoke.examples import mlp
 from neuron_smoke.models import ModelSpec
 from torch import nn
@@ -145,3 +146,26 @@ def test_bad_shapes_are_usage_errors(text: str, message: str) -> None:
 def test_a_shape_of_the_wrong_rank_is_refused() -> None:
     with pytest.raises(UsageError, match="has 3 dimensions, the model's first input 16x32 has 2"):
         sweep.inputs_for(_spec().inputs, (1, 2, 3), seed=0)
+
+
+def test_without_safetensors_a_baseline_round_trips_through_torch_save(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(baseline, "st", None)
+    values = {"weight/big": torch.randn(40, 30), "loss": torch.tensor(1.5), "ids": torch.arange(5)}
+    baseline.save(tmp_path / "b", {"note": "x"}, values, limit=1000)
+    loaded = baseline.load(tmp_path / "b")
+    assert loaded.index["format"] == "torch.save" and (tmp_path / "b" / "tensors.pt").is_file()
+    assert loaded.index["tensors"]["weight/big"]["stored"] == "sketch"  # 1200 elements > 1000
+    assert torch.equal(loaded.sketch("weight/big"), tensors.sketch(values["weight/big"]))
+    assert torch.equal(loaded.full("ids"), values["ids"]) and loaded.full("weight/big") is None
+    assert [p.name for p in tmp_path.iterdir()] == ["b"]  # no temporary directory left behind
+
+
+def test_record_refuses_to_replace_a_directory_that_is_not_a_baseline(tmp_path: Path) -> None:
+    (tmp_path / "mine").mkdir()
+    (tmp_path / "mine" / "notes.txt").write_text("keep me")
+    with pytest.raises(UsageError, match="exists and is not a baseline directory"):
+        baseline.save(tmp_path / "mine", {}, {"loss": torch.tensor(1.0)}, limit=10)
+    assert (tmp_path / "mine" / "notes.txt").read_text() == "keep me"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["mine"]
