@@ -169,3 +169,15 @@ def test_example_models_record_on_cpu_and_compare_on_the_device(
     assert [o["layer"] for o in data["origins"]["cpu"]] == [layer]
     assert [o["layer"] for o in data["origins"]["baseline"]] == [layer]
     assert {p.name for p in (tmp_path / "compare").iterdir()} >= {"report.json", "report.md", "report.html"}
+
+
+def test_usage_errors_and_a_missing_device(base_env: dict[str, str], tmp_path: Path) -> None:
+    both = verify(base_env, "--model", MLP, "--record", "a", "--baseline", "b", tmp=tmp_path)
+    assert both.returncode == 2 and "record a baseline first, then compare" in both.output
+    no_model = verify(base_env, "--device", "cpu", "--shapes", "1x8", tmp=tmp_path)
+    assert no_model.returncode == 2 and "need --model" in no_model.output
+    bad_shape = verify(base_env, "--device", "cpu", "--model", MLP, "--shapes", "8xx", tmp=tmp_path)
+    assert bad_shape.returncode == 2 and "is not a shape like 8x128" in bad_shape.output
+    missing = verify(base_env, "--device", "neuron", "--model", MLP, "--record", str(tmp_path / "b"), tmp=tmp_path)
+    assert missing.returncode == 3 and "cannot import torch_neuronx" in missing.output
+    assert not (tmp_path / "b").exists() and not (tmp_path / "report.json").exists()

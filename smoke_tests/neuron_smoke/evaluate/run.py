@@ -82,7 +82,8 @@ def evaluate(opts: EvalOptions, spec: ModelSpec) -> int:
     try:
         module = _open_device(backend)
     except ImportError as exc:
-        print(f"verify-device: {backend.name}: cannot import {backend.module}: {exc}", file=sys.stderr)
+        print(f"verify-device: {backend.name}: cannot import {backend.module}: {exc}. {backend.missing_help}",
+              file=sys.stderr)  # fmt: skip
         return EXIT_DEVICE_MISSING
     if module is None:
         print(f"verify-device: no {backend.name} device here. {backend.missing_help}", file=sys.stderr)
