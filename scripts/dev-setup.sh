@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Make .venv: the project (editable) with its dev tools, and the CPU torch the smoke tests run on (the torch of
-# the test release's default cell, read from constraints/test-matrix.toml, so no version is typed here).
+# Make .venv: the project (editable) with its dev tools and the model evaluation's extra (eval), and the CPU torch
+# the smoke tests run on (the torch of the test release's default cell, read from constraints/test-matrix.toml, so
+# no version is typed here).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -11,7 +12,7 @@ if ! command -v "$python" >/dev/null; then
 fi
 [ -x .venv/bin/python ] || "$python" -m venv .venv
 .venv/bin/python -m pip install --quiet --upgrade pip
-.venv/bin/python -m pip install --quiet --no-warn-script-location -e '.[dev]'
+.venv/bin/python -m pip install --quiet --no-warn-script-location -e '.[dev,eval]'
 torch=$(.venv/bin/python - <<'PY'
 import tomllib
 matrix = tomllib.load(open("constraints/test-matrix.toml", "rb"))

@@ -71,6 +71,9 @@ def build_parser() -> argparse.ArgumentParser:
         default="fork",
         help="how the collectives stage starts its ranks: fork (default, fast) or torchrun (the full launcher)",
     )
+    from neuron_smoke.evaluate.options import add_arguments
+
+    add_arguments(p)
     return p
 
 
@@ -121,8 +124,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         import torch  # noqa: F401  (everything below needs it)
     except ImportError as exc:
         return _report_without_torch(options, args, exc)
+    from neuron_smoke.evaluate.options import evaluation_requested, run_evaluation
     from neuron_smoke.suite import collectives_launcher
 
+    if evaluation_requested(args):  # --record/--baseline/--shapes: the model evaluation instead of the stages
+        return run_evaluation(options, args)
     with collectives_launcher(options) as launcher:
         return _run(options, args, launcher)
 

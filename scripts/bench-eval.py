@@ -1,0 +1,90 @@
+#!/usr/bin/env python3
+"""Prints the overhead of `verify-device --record` and `--baseline` against the same model steps run bare
+(goal: at most 1.5x for the transformer example with the op inventory on).
+
+Bare: the run's timed steps (first call + --warmup + --iterations forward/loss/backward steps) on a fresh copy, and
+nothing else. --record adds the instrumented step (op inventory, activations), saving the baseline and the reports;
+--baseline adds the instrumented step, a CPU step, the comparison and the reports. Everything runs in this process
+after one untimed warm-up step, so interpreter start-up and `import torch` count for neither side; each is the
+median of --repeat runs. Phases are printed too: the reports (Markdown/HTML and plots) are a fixed cost that does not
+grow with the model. Prints numbers; it is not a pass/fail test.
+
+Usage: scripts/bench-eval.py [--model PKG.MOD:FACTORY] [--device cpu|neuron] [--repeat N] [--iterations N]
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import io
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "smoke_tests"))
+
+from neuron_smoke import models
+from neuron_smoke.backends import resolve
+from neuron_smoke.evaluate import capture
+from neuron_smoke.evaluate.run import EvalOptions, evaluate
+
+
+def timed_eval(opts: EvalOptions, spec: models.ModelSpec) -> tuple[float, dict[str, float]]:
+    start = time.perf_counter()
+    with contextlib.redirect_stdout(io.StringIO()):
+        rc = evaluate(opts, spec)
+    seconds = time.perf_counter() - start
+    if rc not in (0, 1):
+        raise SystemExit(f"bench-eval: the evaluation exited {rc}")
+    report = opts.out_dir or opts.record
+    assert report is not None
+    import json
+
+    phases: dict[str, float] = json.loads((report / "report.json").read_text())["phases_s"]
+    return seconds, phases
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--model", default="neuron_smoke.examples.gpt2:factory")
+    parser.add_argument("--device", default="cpu")
+    parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--iterations", type=int, default=10)
+    parser.add_argument("--warmup", type=int, default=3)
+    args = parser.parse_args()
+    spec = models.load(args.model)
+    backend = resolve(args.device)
+    backend.import_module()
+    device = backend.device_type
+    steps = 1 + args.warmup + args.iterations
+    capture.run_bare(spec, device, 1, backend.synchronize)  # untimed: lazy initialisation of both sides
+    bare: list[float] = []
+    runs: dict[str, list[tuple[float, dict[str, float]]]] = {"record": [], "baseline": []}
+    with tempfile.TemporaryDirectory(prefix="bench-eval-") as tmp:
+        base_dir = Path(tmp) / "baseline"
+        common: dict[str, Any] = {"device": args.device, "iterations": args.iterations, "warmup": args.warmup}
+        for i in range(args.repeat):
+            bare.append(capture.run_bare(spec, device, steps, backend.synchronize))
+            runs["record"].append(timed_eval(EvalOptions(record=base_dir, **common), spec))
+            out = Path(tmp) / f"compare-{i}"
+            runs["baseline"].append(timed_eval(EvalOptions(baseline=base_dir, out_dir=out, **common), spec))
+    bare_s = statistics.median(bare)
+    print(f"model {spec.name} on {backend.name}: {steps} bare steps {bare_s:.3f} s (median of {args.repeat})")
+    for mode, results in runs.items():
+        total = statistics.median(r[0] for r in results)
+        report = statistics.median(r[0] - sum(r[1].values()) for r in results)  # writing JSON/Markdown/HTML/plots
+        phases = {k: statistics.median(r[1].get(k, 0.0) for r in results) for k in results[0][1]}
+        phases["reports"] = report
+        print(
+            f"--{mode}: {total:.3f} s = {total / bare_s:.2f}x bare; without writing the reports "
+            f"{(total - report) / bare_s:.2f}x (goal <= 1.5x)"
+        )
+        print("    phases (s): " + ", ".join(f"{k} {v:.3f}" for k, v in phases.items()))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

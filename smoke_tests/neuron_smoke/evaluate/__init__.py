@@ -1,0 +1,9 @@
+"""Evaluate a team's own model for the move to TorchNeuron (verify-device --record / --baseline / --shapes).
+
+record a baseline where the team runs today, compare on the device against it and a same-machine CPU run, per
+tensor and per layer; scan the op inventory for what the release does not support; sweep input shapes through
+torch.compile; write the JSON report and its Markdown and HTML renderings. See smoke_tests/README.md.
+"""
+
+SCHEMA = "neuron-eval/1"
+BASELINE_SCHEMA = "neuron-eval-baseline/1"

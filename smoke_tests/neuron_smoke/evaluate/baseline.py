@@ -1,0 +1,111 @@
+"""A baseline directory: `index.json` (what was recorded, where, how) and `tensors.safetensors` (the values).
+
+Tensors up to the size limit are stored whole; larger ones as a summary in the index plus their sketch
+(tensors.py) under `sketch:<name>`. Without the safetensors package the values go to `tensors.pt`, written with
+torch.save and read back with torch.load(weights_only=True), so loading never runs pickled code.
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+import os
+import shutil
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from neuron_smoke.errors import UsageError
+from neuron_smoke.evaluate import BASELINE_SCHEMA, tensors
+
+st: Any
+try:
+    st = importlib.import_module("safetensors.torch")
+except ImportError:  # the optional `eval` extra is not installed
+    st = None
+
+
+@dataclass
+class Baseline:
+    path: Path
+    index: dict[str, Any]
+    values: dict[str, torch.Tensor]  # full tensors and sketches, on the CPU
+
+    def full(self, name: str) -> torch.Tensor | None:
+        return self.values.get(name)
+
+    def sketch(self, name: str) -> torch.Tensor | None:
+        return self.values.get(f"sketch:{name}")
+
+    @property
+    def names(self) -> list[str]:
+        return list(self.index["tensors"])
+
+
+def save(path: Path, index: dict[str, Any], captured: dict[str, torch.Tensor], limit: int) -> None:
+    """Write the baseline into a fresh directory next to `path`, then move it in place: nothing half-written."""
+    entries: dict[str, Any] = {}
+    values: dict[str, torch.Tensor] = {}
+    for name, t in captured.items():
+        if t.numel() <= limit or not tensors.comparable(t):
+            entry = {"shape": list(t.shape), "dtype": str(t.dtype).removeprefix("torch."), "stored": "full"}
+            values[name] = t.contiguous()
+        else:  # the values are not kept: keep their statistics beside the projection
+            entry = {**tensors.summary(t), "stored": "sketch"}
+            values[f"sketch:{name}"] = tensors.sketch(t)
+        entries[name] = entry
+    index = {**index, "schema": BASELINE_SCHEMA, "full_tensor_limit": limit, "tensors": entries}
+    path = path.resolve()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.", dir=path.parent))
+    try:
+        if st is not None:
+            st.save_file(values, str(tmp / "tensors.safetensors"), metadata={"schema": BASELINE_SCHEMA})
+            index["format"] = "safetensors"
+        else:
+            torch.save(values, tmp / "tensors.pt")
+            index["format"] = "torch.save"
+        # Compact: the indented encoder is pure Python and costs more than the step it records.
+        (tmp / "index.json").write_text(json.dumps(index, separators=(",", ":")) + "\n", encoding="utf-8")
+        if path.exists():
+            shutil.rmtree(path) if _is_baseline(path) else _refuse_overwrite(path)
+        os.replace(tmp, path)
+    finally:
+        if tmp.exists():
+            shutil.rmtree(tmp)
+
+
+def _is_baseline(path: Path) -> bool:
+    return path.is_dir() and (path / "index.json").is_file()
+
+
+def _refuse_overwrite(path: Path) -> None:
+    if path.is_dir() and not any(path.iterdir()):
+        path.rmdir()
+        return
+    raise UsageError(f"--record {path}: exists and is not a baseline directory; choose a new directory")
+
+
+def load(path: Path) -> Baseline:
+    index_file = path / "index.json"
+    if not index_file.is_file():
+        raise UsageError(f"--baseline {path}: no index.json there; record one with --record {path}")
+    try:
+        index = json.loads(index_file.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        raise UsageError(f"--baseline {path}: unreadable index.json ({exc}); record the baseline again") from exc
+    if index.get("schema") != BASELINE_SCHEMA:
+        raise UsageError(f"--baseline {path}: schema {index.get('schema')!r}, expected {BASELINE_SCHEMA!r}")
+    if index.get("format") == "safetensors":
+        if st is None:
+            raise UsageError(
+                f"--baseline {path}: stored with safetensors, which is not installed here; "
+                "pip install safetensors (the neuron-torch `eval` extra)"
+            )
+        values = st.load_file(str(path / "tensors.safetensors"))
+    else:
+        values = torch.load(path / "tensors.pt", weights_only=True)
+    return Baseline(path=path, index=index, values=values)

@@ -1,0 +1,185 @@
+"""One training step of the model on a device, with every tensor the comparison needs, and the step's timing.
+
+The step is the one stage 4 runs (forward, loss, backward, one SGD step with momentum), plus forward hooks that keep
+each named module's floating-point inputs and outputs, so errors can be placed in the layer where they start.
+"""
+
+from __future__ import annotations
+
+import copy
+import statistics
+import time
+from collections.abc import Callable, Mapping
+from contextlib import ExitStack, nullcontext
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+from torch import nn
+from torch.utils._python_dispatch import _disable_current_modes
+
+from neuron_smoke.evaluate import inventory as inv
+from neuron_smoke.models import ModelSpec
+
+LR = 0.1  # as stage 4: SGD keeps the update linear in the gradient
+
+
+def move(model: nn.Module, device: str) -> tuple[nn.Module, list[str]]:
+    """A copy of the model on `device`, with shared (tied) parameters shared again if the move untied them.
+
+    Module.to() keeps a parameter shared only when it can swap the tensor in place; across some device types it
+    makes one new Parameter per module instead (seen on the simulated device with GPT-2's lm_head/wte), so the
+    model would train two separate weights. The returned notes name each pair re-tied, for the readiness scan.
+    """
+    groups: dict[int, list[str]] = {}
+    for name, p in model.named_parameters(remove_duplicate=False):
+        groups.setdefault(id(p), []).append(name)
+    moved = copy.deepcopy(model).to(device)
+    notes = []
+    for names in (g for g in groups.values() if len(g) > 1):
+        first = moved.get_parameter(names[0])
+        for other in names[1:]:
+            if moved.get_parameter(other) is not first:
+                owner, _, attr = other.rpartition(".")
+                setattr(moved.get_submodule(owner), attr, first)
+                notes.append(f"{other} was untied from {names[0]} by .to({device!r}); tied again")
+    return moved, notes
+
+
+@dataclass
+class Capture:
+    device: str
+    tensors: dict[str, torch.Tensor] = field(default_factory=dict)  # name -> CPU tensor
+    layer_of: dict[str, str] = field(default_factory=dict)  # tensor name -> module it belongs to
+    order: list[str] = field(default_factory=list)  # modules in the order their forward finished
+    inventory: inv.Inventory | None = None
+    fallback_ops: list[str] | None = None
+    untied: list[str] = field(default_factory=list)
+
+
+def float_leaves(value: Any) -> list[torch.Tensor]:
+    """Floating-point tensors in nested tuples, lists, dicts and model-output mappings, in order."""
+    if isinstance(value, torch.Tensor):
+        return [value] if value.is_floating_point() else []
+    if isinstance(value, Mapping):
+        return [t for v in value.values() for t in float_leaves(v)]
+    if isinstance(value, list | tuple):
+        return [t for v in value for t in float_leaves(v)]
+    return []
+
+
+def _cpu(t: torch.Tensor) -> torch.Tensor:
+    """A CPU copy, kept out of the op inventory (the copy is ours, not the model's)."""
+    with _disable_current_modes():
+        return t.detach().to("cpu", copy=True)
+
+
+def _hook_modules(model: nn.Module, cap: Capture) -> list[Any]:
+    handles = []
+    seen: dict[str, int] = {}
+
+    def make(name: str) -> Callable[..., None]:
+        def hook(_mod: nn.Module, args: Any, kwargs: Any, out: Any) -> None:
+            calls = seen[name] = seen.get(name, 0) + 1
+            key = name if calls == 1 else f"{name}#{calls}"
+            cap.order.append(key)
+            for i, t in enumerate(float_leaves((args, kwargs))):
+                cap.tensors[f"act/{key}/in/{i}"] = _cpu(t)
+                cap.layer_of[f"act/{key}/in/{i}"] = name
+            for i, t in enumerate(float_leaves(out)):
+                cap.tensors[f"act/{key}/out/{i}"] = _cpu(t)
+                cap.layer_of[f"act/{key}/out/{i}"] = name
+
+        return hook
+
+    for name, module in model.named_modules():
+        if name:
+            handles.append(module.register_forward_hook(make(name), with_kwargs=True))
+    return handles
+
+
+def train_step(
+    spec: ModelSpec,
+    device: str,
+    *,
+    activations: bool = True,
+    with_inventory: bool = False,
+    tracker: Any = None,
+    synchronize: Callable[[], None] = lambda: None,
+) -> Capture:
+    """One step on `device`; every tensor in the Capture is on the CPU. `tracker` is torch_neuronx (or None)."""
+    cap = Capture(device=device)
+    model, cap.untied = move(spec.model, device)
+    inputs = tuple(x.to(device) for x in spec.inputs)
+    optimizer = torch.optim.SGD(model.parameters(), lr=LR, momentum=0.9)
+    handles = _hook_modules(model, cap) if activations else []
+    if tracker is not None:
+        tracker.clear_op_tracking()
+    with ExitStack() as stack:
+        recorded = stack.enter_context(inv.recording(model) if with_inventory else nullcontext())
+        output = model(*inputs)
+        loss = spec.loss_fn(output)
+        torch.autograd.backward(loss)
+        grads = {n: _cpu(p.grad) for n, p in model.named_parameters() if p.grad is not None}
+        optimizer.step()
+        synchronize()
+    for h in handles:
+        h.remove()
+    if tracker is not None:
+        cap.fallback_ops = sorted({str(op) for op in tracker.get_fallback_ops()})
+    cap.inventory = recorded if isinstance(recorded, inv.Inventory) else None
+    for i, t in enumerate(float_leaves(output)):
+        cap.tensors[f"output/{i}"] = _cpu(t)
+    cap.tensors["loss"] = _cpu(loss)
+    for n, g in grads.items():
+        cap.tensors[f"grad/{n}"] = g
+        cap.layer_of[f"grad/{n}"] = n.rpartition(".")[0] or inv.ROOT
+    for n, p in model.named_parameters():
+        cap.tensors[f"weight/{n}"] = _cpu(p)
+        cap.layer_of[f"weight/{n}"] = n.rpartition(".")[0] or inv.ROOT
+    return cap
+
+
+def time_steps(
+    spec: ModelSpec, device: str, warmup: int, iterations: int, synchronize: Callable[[], None]
+) -> dict[str, Any]:
+    """Forward, loss and backward, bare: the first call, then p50/p95 over `iterations` after `warmup`."""
+    model = move(spec.model, device)[0]
+    inputs = tuple(x.to(device) for x in spec.inputs)
+
+    def step() -> float:
+        start = time.perf_counter()
+        model.zero_grad(set_to_none=True)
+        torch.autograd.backward(spec.loss_fn(model(*inputs)))
+        synchronize()
+        return time.perf_counter() - start
+
+    first = step()
+    for _ in range(warmup):
+        step()
+    times = sorted(step() for _ in range(iterations))
+    return {
+        "first_call_s": first,
+        "p50_ms": statistics.median(times) * 1e3,
+        "p95_ms": _percentile(times, 95) * 1e3,
+        "iterations": iterations,
+        "warmup": warmup,
+    }
+
+
+def _percentile(sorted_times: list[float], pct: float) -> float:
+    """Nearest-rank percentile."""
+    rank = max(1, -(-len(sorted_times) * pct // 100))
+    return sorted_times[int(rank) - 1]
+
+
+def run_bare(spec: ModelSpec, device: str, steps: int, synchronize: Callable[[], None]) -> float:
+    """Seconds for `steps` bare forward/loss/backward steps on a fresh copy (the benchmark's reference)."""
+    model = move(spec.model, device)[0]
+    inputs = tuple(x.to(device) for x in spec.inputs)
+    start = time.perf_counter()
+    for _ in range(steps):
+        model.zero_grad(set_to_none=True)
+        torch.autograd.backward(spec.loss_fn(model(*inputs)))
+    synchronize()
+    return time.perf_counter() - start

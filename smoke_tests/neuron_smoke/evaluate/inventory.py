@@ -1,0 +1,147 @@
+"""The op inventory: every aten op a model step dispatches, with its call count, dtypes and calling module.
+
+A TorchDispatchMode sees each op after autograd (forward and backward); torch's ModuleTracker says which modules
+are active, forward and backward, and the innermost is named. A TorchFunctionMode notes torch functions called
+inside torch.func transforms, which the dispatch mode cannot tell apart. It is taken over one step only: the
+timed steps run bare, so the inventory costs one slow step, not a slower steady state.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+from torch.overrides import TorchFunctionMode, resolve_name
+from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils.module_tracker import ModuleTracker
+
+ROOT = "(root)"
+
+
+@dataclass
+class OpRecord:
+    op: str  # aten::addmm.default
+    module: str  # the innermost module (parameter-style name) or (root)
+    phase: str  # forward | backward
+    calls: int = 0
+    dtypes: set[str] = field(default_factory=set)
+    layouts: set[str] = field(default_factory=set)  # non-strided layouts only (sparse)
+    nested: bool = False
+    under_transform: bool = False  # a torch function called inside a torch.func transform (vmap, grad, ...)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "op": self.op,
+            "module": self.module,
+            "phase": self.phase,
+            "calls": self.calls,
+            "dtypes": sorted(self.dtypes),
+            "layouts": sorted(self.layouts),
+            "nested": self.nested,
+            "under_transform": self.under_transform,
+        }
+
+
+_DTYPE = {torch.float32: "float32", torch.float64: "float64", torch.bfloat16: "bfloat16", torch.int64: "int64"}
+
+
+def _tensors(args: Any, kwargs: Any) -> list[torch.Tensor]:
+    """The tensors among an op's arguments, one list level deep (aten schemas nest no further); pytree is slower."""
+    found = []
+    for a in (*args, *kwargs.values()):
+        if isinstance(a, torch.Tensor):
+            found.append(a)
+        elif isinstance(a, list | tuple):
+            found.extend(t for t in a if isinstance(t, torch.Tensor))
+    return found
+
+
+def op_name(func: Any) -> str:
+    return f"{func._schema.name}.{func._overloadname}"
+
+
+def _transform_active() -> bool:
+    return torch._C._functorch.peek_interpreter_stack() is not None
+
+
+class _Recorder(TorchDispatchMode):  # type: ignore[no-untyped-call]  # untyped in torch
+    def __init__(self, tracker: ModuleTracker, root_prefix: str) -> None:
+        super().__init__()  # type: ignore[no-untyped-call]
+        self.tracker = tracker
+        self.root_prefix = root_prefix
+        self.records: dict[tuple[str, str, str], OpRecord] = {}
+
+    def _module(self) -> str:
+        parents = [p for p in self.tracker.parents if p.startswith(self.root_prefix)]
+        if not parents:
+            return ROOT
+        inner = max(parents, key=lambda p: p.count("."))
+        return inner[len(self.root_prefix) + 1 :] or ROOT
+
+    def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
+        kwargs = kwargs or {}
+        phase = "backward" if self.tracker.is_bw else "forward"
+        key = (op_name(func), self._module(), phase)
+        rec = self.records.get(key)
+        if rec is None:
+            rec = self.records[key] = OpRecord(*key)
+        rec.calls += 1
+        for t in _tensors(args, kwargs):
+            rec.dtypes.add(_DTYPE.get(t.dtype) or str(t.dtype).removeprefix("torch."))
+            if t.layout != torch.strided:
+                rec.layouts.add(str(t.layout).removeprefix("torch."))
+            if t.is_nested:
+                rec.nested = True
+        return func(*args, **kwargs)
+
+    def note_transform(self, func: Any) -> None:
+        """A torch function called inside a torch.func transform (the dispatch mode sees only the unbatched ops)."""
+        key = (resolve_name(func) or getattr(func, "__name__", str(func)), self._module(), "forward")
+        rec = self.records.get(key)
+        if rec is None:
+            rec = self.records[key] = OpRecord(*key, under_transform=True)
+        rec.calls += 1
+
+
+class _TransformWatch(TorchFunctionMode):
+    """Sees torch functions above the functorch layers, where a vmap/grad/jacrev interpreter is still active."""
+
+    def __init__(self, recorder: _Recorder) -> None:
+        super().__init__()
+        self.recorder = recorder
+
+    def __torch_function__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
+        if _transform_active():
+            self.recorder.note_transform(func)
+        return func(*args, **(kwargs or {}))
+
+
+@dataclass
+class Inventory:
+    records: list[OpRecord] = field(default_factory=list)
+
+    def to_list(self) -> list[dict[str, Any]]:
+        return [r.to_dict() for r in sorted(self.records, key=lambda r: (r.phase != "forward", r.module, r.op))]
+
+    def modules_of(self, op: str) -> list[str]:
+        """Modules that called an op, given as `aten::gelu`, `gelu` or `aten::gelu.default`."""
+        want = normalize(op)
+        return sorted({r.module for r in self.records if normalize(r.op) == want})
+
+
+def normalize(name: str) -> str:
+    return name.removeprefix("aten::").split(".")[0]
+
+
+@contextmanager
+def recording(model: torch.nn.Module) -> Iterator[Inventory]:
+    """Record the ops dispatched inside the block; the Inventory is filled when the block exits."""
+    tracker = ModuleTracker()
+    inventory = Inventory()
+    recorder = _Recorder(tracker, type(model).__name__)
+    with tracker, recorder, _TransformWatch(recorder):
+        yield inventory
+    inventory.records = list(recorder.records.values())

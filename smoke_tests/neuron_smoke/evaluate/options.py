@@ -1,0 +1,67 @@
+"""verify-device's evaluation options (--record, --baseline, --shapes, ...) and the hand-over from cli.py."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from neuron_smoke import EXIT_USAGE
+from neuron_smoke.context import Options
+from neuron_smoke.errors import UsageError
+
+
+def _positive_int(value: str) -> int:
+    number = int(value)
+    if number <= 0:
+        raise argparse.ArgumentTypeError(f"must be > 0: {value}")
+    return number
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    g = p.add_argument_group("model evaluation (instead of the stages; see smoke_tests/README.md)")
+    g.add_argument("--record", type=Path, metavar="DIR", help="record a baseline of --model on --device into DIR")
+    g.add_argument("--baseline", type=Path, metavar="DIR", help="compare --model on --device with this baseline")
+    g.add_argument("--shapes", metavar="1x128,8x128", help="sweep the first input over these shapes (compiled)")
+    g.add_argument("--eval-report", type=Path, metavar="DIR", help="report.json/.md/.html here (--record: DIR)")
+    g.add_argument(
+        "--full-tensor-limit",
+        type=_positive_int,
+        metavar="N",
+        help="tensors above N elements are stored as summaries with a fixed random projection (1048576)",
+    )
+
+
+def evaluation_requested(args: argparse.Namespace) -> bool:
+    return bool(args.record or args.baseline or args.shapes)
+
+
+def run_evaluation(options: Options, args: argparse.Namespace) -> int:
+    from neuron_smoke import models
+    from neuron_smoke.evaluate import sweep
+    from neuron_smoke.evaluate.run import EvalOptions, evaluate
+    from neuron_smoke.evaluate.tensors import DEFAULT_FULL_LIMIT
+
+    try:
+        if args.record and args.baseline:
+            raise UsageError("--record and --baseline: record a baseline first, then compare in a second run")
+        if options.model is None:
+            raise UsageError("--record/--baseline/--shapes need --model PACKAGE.MODULE:FACTORY")
+        opts = EvalOptions(
+            device=options.device,
+            record=args.record,
+            baseline=args.baseline,
+            shapes=sweep.parse_shapes(args.shapes) if args.shapes else None,
+            out_dir=args.eval_report,
+            report=args.report,
+            rtol=options.model_rtol,
+            iterations=options.iterations,
+            warmup=options.warmup,
+            full_tensor_limit=args.full_tensor_limit or DEFAULT_FULL_LIMIT,
+            compile_backend=options.compile_backend,
+        )
+        spec = models.load(options.model)
+        return evaluate(opts, spec)
+    except UsageError as exc:
+        print(f"verify-device: error: {exc}", file=sys.stderr)
+        return EXIT_USAGE

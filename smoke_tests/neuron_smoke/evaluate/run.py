@@ -1,0 +1,207 @@
+"""verify-device --record DIR | --baseline DIR | --shapes LIST: the evaluation of a team's model, end to end."""
+
+from __future__ import annotations
+
+import datetime
+import importlib
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from neuron_smoke import EXIT_CHECK_FAILED, EXIT_DEVICE_MISSING, EXIT_OK
+from neuron_smoke.backends import Backend, resolve
+from neuron_smoke.evaluate import SCHEMA, baseline, capture, compare, identity, readiness, sweep
+from neuron_smoke.evaluate.tensors import DEFAULT_FULL_LIMIT
+from neuron_smoke.host import host_facts
+from neuron_smoke.models import ModelSpec
+
+
+@dataclass
+class EvalOptions:
+    device: str
+    record: Path | None = None
+    baseline: Path | None = None
+    shapes: list[tuple[int, ...]] | None = None
+    out_dir: Path | None = None  # Markdown, HTML and JSON reports
+    report: Path | None = None  # the JSON report (--report)
+    rtol: float = 1e-3
+    iterations: int = 10
+    warmup: int = 3
+    full_tensor_limit: int = DEFAULT_FULL_LIMIT
+    compile_backend: str | None = None
+
+
+def versions(backend: Backend) -> dict[str, str]:
+    from importlib.metadata import PackageNotFoundError, version
+
+    found = {"python": sys.version.split()[0], "torch": torch.__version__}
+    for dist in ("torch-neuronx", "neuronx-cc", "nki", "transformers", "safetensors"):
+        try:
+            found[dist] = version(dist)
+        except PackageNotFoundError:
+            found[dist] = "not installed"
+    if backend.name == "cuda" and torch.cuda.is_available():
+        found["cuda"] = str(torch.version.cuda)
+        found["gpu"] = torch.cuda.get_device_name(0)
+    return found
+
+
+def _open_device(backend: Backend) -> Any:
+    """The device module (False when the backend has none), or None when the device is not present."""
+    module = backend.import_module()
+    nodes = backend.device_nodes()
+    if (nodes is not None and not nodes) or backend.device_count() < 1:
+        return None
+    return module if module is not None else False
+
+
+class Phases:
+    """Seconds per phase of the run, for the report and the overhead benchmark."""
+
+    def __init__(self) -> None:
+        self.seconds: dict[str, float] = {}
+        self._last = time.perf_counter()
+
+    def done(self, name: str) -> None:
+        now = time.perf_counter()
+        self.seconds[name] = round(self.seconds.get(name, 0.0) + now - self._last, 4)
+        self._last = now
+
+
+def evaluate(opts: EvalOptions, spec: ModelSpec) -> int:
+    phases = Phases()
+    base = baseline.load(opts.baseline) if opts.baseline else None
+    current = identity.fingerprint(spec)
+    if base is not None:
+        identity.check(base.index["model"], current, str(opts.baseline))
+    backend = resolve(opts.device)
+    try:
+        module = _open_device(backend)
+    except ImportError as exc:
+        print(f"verify-device: {backend.name}: cannot import {backend.module}: {exc}. {backend.missing_help}",
+              file=sys.stderr)  # fmt: skip
+        return EXIT_DEVICE_MISSING
+    if module is None:
+        print(f"verify-device: no {backend.name} device here. {backend.missing_help}", file=sys.stderr)
+        return EXIT_DEVICE_MISSING
+    data = _header(opts, spec, backend, current, base)
+    phases.done("load")
+    print(f"neuron-eval: {spec.name} on {backend.name} ({data['mode']})", flush=True)
+    dev = _measure(data, opts, spec, backend, module, phases)
+    if base is not None or backend.device_type != "cpu":
+        _compare(data, spec, dev, base, opts)
+        phases.done("compare")
+    if opts.record:
+        index = {k: data[k] for k in ("model", "device", "host", "versions", "timing", "started", "inventory")}
+        index["order"] = dev.order
+        baseline.save(opts.record, index, dev.tensors, opts.full_tensor_limit)
+        data["baseline_written"] = str(opts.record)
+        print(f"  baseline: {len(dev.tensors)} tensors -> {opts.record}", flush=True)
+        phases.done("save")
+    data["exit_code"] = EXIT_CHECK_FAILED if _failed(data) else EXIT_OK
+    data["phases_s"] = phases.seconds  # the reports' own writing is not in them: it happens after
+    _write(data, opts)
+    return int(data["exit_code"])
+
+
+def _header(
+    opts: EvalOptions, spec: ModelSpec, backend: Backend, current: dict[str, Any], base: baseline.Baseline | None
+) -> dict[str, Any]:
+    return {
+        "schema": SCHEMA,
+        "mode": "compare" if base is not None else ("record" if opts.record else "scan"),
+        "started": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
+        "model": current,
+        "device": {
+            "requested": opts.device,
+            "backend": backend.name,
+            "compile_backend": opts.compile_backend or backend.compile_backend,
+        },
+        "host": host_facts(),
+        "versions": versions(backend),
+        "rtol": opts.rtol,
+    }
+
+
+def _measure(
+    data: dict[str, Any], opts: EvalOptions, spec: ModelSpec, backend: Backend, module: Any, phases: Phases
+) -> capture.Capture:
+    """The instrumented step (inventory, activations, fallback), the bare timed steps, the sweep, readiness."""
+    tracker = module if backend.tracks_fallback and hasattr(module, "get_fallback_ops") else None
+    sync = backend.synchronize
+    dev = capture.train_step(spec, backend.device_type, with_inventory=True, tracker=tracker, synchronize=sync)
+    assert dev.inventory is not None
+    data["inventory"] = dev.inventory.to_list()
+    data["fallback_ops"] = dev.fallback_ops
+    phases.done("instrumented_step")
+    data["timing"] = capture.time_steps(spec, backend.device_type, opts.warmup, opts.iterations, sync)
+    _print_timing(data["timing"])
+    phases.done("timed_steps")
+    compile_error = None
+    if opts.shapes:
+        compile_backend = data["device"]["compile_backend"]
+        data["sweep"], compile_error = sweep.run(
+            spec.model, spec.inputs, opts.shapes, backend.device_type, compile_backend, opts.iterations, sync,
+            module or None,
+        )  # fmt: skip
+        phases.done("sweep")
+    data["readiness"] = readiness.scan(spec.model, dev.inventory, dev.fallback_ops, compile_error)
+    data["readiness"]["compile_tried"] = bool(opts.shapes)
+    data["readiness"]["untied"] = dev.untied
+    data["readiness"]["findings"] += len(dev.untied)
+    return dev
+
+
+def _compare(
+    data: dict[str, Any], spec: ModelSpec, dev: capture.Capture, base: baseline.Baseline | None, opts: EvalOptions
+) -> None:
+    cpu = capture.train_step(spec, "cpu")
+    rows = compare.per_tensor(dev, cpu, base, opts.rtol)
+    data["tensors"] = rows
+    data["missing"] = compare.missing(dev, cpu, base)
+    data["layers"] = compare.per_layer(rows, dev.order)
+    data["origins"] = {ref: compare.origins(rows, dev.order, ref, opts.rtol) for ref in compare.REFS}
+    if base is not None:
+        data["baseline"] = {
+            "path": str(base.path),
+            "device": base.index["device"],
+            "versions": base.index["versions"],
+            "timing": base.index["timing"],
+            "started": base.index["started"],
+        }
+    bad = [r for r in rows if not r["ok"]]
+    for ref in compare.REFS:
+        layers = ", ".join(o["layer"] for o in data["origins"][ref]) or "none"
+        print(f"  error starts (vs {ref}): {layers}", flush=True)
+    print(f"  tensors: {len(rows)} compared, {len(bad)} beyond rtol {opts.rtol:g}", flush=True)
+
+
+def _failed(data: dict[str, Any]) -> bool:
+    if any(not r["ok"] for r in data.get("tensors", [])):
+        return True
+    gone = data.get("missing", {})
+    return bool(gone.get("only_in_baseline") or gone.get("only_in_cpu_run"))
+
+
+def _print_timing(t: dict[str, Any]) -> None:
+    print(
+        f"  timing: first call {t['first_call_s']:.3f}s, p50 {t['p50_ms']:.3g} ms, p95 {t['p95_ms']:.3g} ms "
+        f"over {t['iterations']}",
+        flush=True,
+    )
+
+
+def _write(data: dict[str, Any], opts: EvalOptions) -> None:
+    report = importlib.import_module("neuron_smoke.evaluate.report")
+    out_dir = opts.out_dir or opts.record
+    if opts.report:
+        report.write_json(data, opts.report)
+    if out_dir:
+        written = report.write_all(data, out_dir)
+        print(f"  report: {', '.join(str(p) for p in written)}", flush=True)
+    if not opts.report and not out_dir:
+        print("  (no --report FILE or --eval-report DIR: nothing written)", flush=True)

@@ -1,0 +1,184 @@
+"""Shape sweep: torch.compile(dynamic=False) over several input shapes, compile apart from steady state.
+
+With dynamic=False every new input shape is a new graph to compile (AWS advises padding or bucketing). Compiles
+are counted twice: by a counting wrapper around the compile backend (each call is one graph Dynamo compiled), and,
+where the device module offers it, by the device's own compile cache (`compile_cache_stats()`, see
+device_compiles); the report says which count it shows.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+import time
+from collections.abc import Callable
+from typing import Any
+
+import torch
+
+from neuron_smoke.errors import UsageError
+from neuron_smoke.evaluate.capture import move
+
+# Dynamo stops recompiling a frame after this many graphs and falls back to eager, which would hide compiles.
+RECOMPILE_LIMIT = 64
+
+
+def parse_shapes(text: str) -> list[tuple[int, ...]]:
+    shapes = []
+    for item in (s.strip() for s in text.split(",") if s.strip()):
+        try:
+            shape = tuple(int(d) for d in item.lower().split("x"))
+        except ValueError:
+            raise UsageError(f"--shapes: {item!r} is not a shape like 8x128 (dimensions joined by x)") from None
+        if not shape or any(d <= 0 for d in shape):
+            raise UsageError(f"--shapes: {item!r} has a dimension <= 0")
+        shapes.append(shape)
+    if not shapes:
+        raise UsageError("--shapes: give at least one shape, e.g. 1x128,8x128")
+    return shapes
+
+
+def inputs_for(example: tuple[torch.Tensor, ...], shape: tuple[int, ...], seed: int) -> tuple[torch.Tensor, ...]:
+    """The first input at `shape`, seeded; integer inputs keep the example's value range (token ids stay valid)."""
+    first = example[0]
+    if len(shape) != first.dim():
+        raise UsageError(
+            f"--shapes: {'x'.join(map(str, shape))} has {len(shape)} dimensions, the model's first input "
+            f"{'x'.join(map(str, first.shape))} has {first.dim()}"
+        )
+    gen = torch.Generator().manual_seed(seed)
+    if first.is_floating_point():
+        new = torch.randn(shape, generator=gen).to(first.dtype)
+    else:
+        high = int(first.max()) + 1 if first.numel() else 2
+        new = torch.randint(int(first.min()) if first.numel() else 0, max(high, 1), shape, generator=gen)
+        new = new.to(first.dtype)
+    return (new, *example[1:])
+
+
+class CountingBackend:
+    """A torch.compile backend that counts the graphs handed to the real one."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self.compiles = 0
+        from torch._dynamo import lookup_backend
+
+        self._backend = lookup_backend(name)
+
+    def __call__(self, gm: Any, example_inputs: Any, **kwargs: Any) -> Any:
+        self.compiles += 1
+        return self._backend(gm, example_inputs, **kwargs)
+
+
+def device_compiles(module: Any) -> int | None:
+    """Compiles the device's compile cache performed, when its module reports them (None otherwise)."""
+    stats = getattr(module, "compile_cache_stats", None)
+    if not callable(stats):
+        return None
+    value = stats()
+    count = value.get("compiles") if isinstance(value, dict) else getattr(value, "compiles", None)
+    return int(count) if count is not None else None
+
+
+def run(
+    model: torch.nn.Module,
+    example: tuple[torch.Tensor, ...],
+    shapes: list[tuple[int, ...]],
+    device: str,
+    backend: str,
+    iterations: int,
+    synchronize: Callable[[], None],
+    device_module: Any = None,
+) -> tuple[dict[str, Any], BaseException | None]:
+    """The sweep's numbers, and the exception torch.compile raised (the sweep stops at the first), if any."""
+    torch._dynamo.reset()
+    counter = CountingBackend(backend)
+    module = move(model, device)[0].eval()
+    old_limit = torch._dynamo.config.recompile_limit
+    torch._dynamo.config.recompile_limit = max(old_limit, RECOMPILE_LIMIT)
+    dev_before = device_compiles(device_module)
+    rows = []
+    error: BaseException | None = None
+    try:
+        compiled = torch.compile(module, backend=counter, dynamic=False)
+        for i, shape in enumerate(shapes):
+            inputs = tuple(x.to(device) for x in inputs_for(example, shape, seed=1000 + i))
+            try:
+                rows.append(_one_shape(compiled, inputs, shape, counter, iterations, synchronize))
+            except Exception as exc:  # a readiness finding: the op that failed is looked up in the inventory
+                error = exc
+                break
+    finally:
+        torch._dynamo.config.recompile_limit = old_limit
+    dev_after = device_compiles(device_module)
+    distinct = len({r["shape"] for r in rows})
+    result = {
+        "backend": backend,
+        "dynamic": False,
+        "shapes": rows,
+        "compiles": counter.compiles,
+        "recompiles": max(counter.compiles - 1, 0),
+        "device_compiles": None if dev_before is None or dev_after is None else dev_after - dev_before,
+        "distinct_shapes": distinct,
+        "buckets": suggest_buckets([tuple(int(d) for d in r["shape"].split("x")) for r in rows]),
+        "failed_at": None if error is None else "x".join(map(str, shapes[len(rows)])),
+    }
+    return result, error
+
+
+def _one_shape(
+    compiled: Any,
+    inputs: tuple[torch.Tensor, ...],
+    shape: tuple[int, ...],
+    counter: CountingBackend,
+    iterations: int,
+    synchronize: Callable[[], None],
+) -> dict[str, Any]:
+    before = counter.compiles
+    with torch.no_grad():
+        start = time.perf_counter()
+        compiled(*inputs)
+        synchronize()
+        first = time.perf_counter() - start
+        times = []
+        for _ in range(iterations):
+            start = time.perf_counter()
+            compiled(*inputs)
+            synchronize()
+            times.append(time.perf_counter() - start)
+    p50 = statistics.median(times)
+    return {
+        "shape": "x".join(map(str, shape)),
+        "compiled_graphs": counter.compiles - before,
+        "first_call_s": first,
+        "compile_s": max(first - p50, 0.0),
+        "steady_p50_ms": p50 * 1e3,
+        "steady_max_ms": max(times) * 1e3,
+    }
+
+
+def suggest_buckets(shapes: list[tuple[int, ...]]) -> dict[str, Any]:
+    """Power-of-two bucket boundaries per varying dimension, and the compiles padding to them would take."""
+    distinct = sorted(set(shapes))
+    if len(distinct) < 2:
+        return {"note": "one shape: nothing to bucket", "boundaries": {}, "compiles_now": len(distinct)}
+    ndim = len(distinct[0])
+    boundaries: dict[str, list[int]] = {}
+    for d in range(ndim):
+        values = {s[d] for s in distinct}
+        if len(values) > 1:
+            boundaries[str(d)] = sorted({_bucket(v) for v in values})
+    bucketed = {tuple(_bucket(v) if str(d) in boundaries else v for d, v in enumerate(s)) for s in distinct}
+    saving = len(distinct) - len(bucketed)
+    dims = ", ".join(f"dim {d}: {b}" for d, b in boundaries.items())
+    note = (
+        f"padding to buckets ({dims}) would compile {len(bucketed)} graph(s) instead of {len(distinct)}"
+        if saving > 0
+        else f"padding to power-of-two buckets ({dims}) would not save compiles: {len(distinct)} graph(s) either way"
+    )
+    return {"boundaries": boundaries, "compiles_now": len(distinct), "compiles_bucketed": len(bucketed), "note": note}
+
+
+def _bucket(value: int) -> int:
+    return 1 << max(0, math.ceil(math.log2(value)))
