@@ -11,4 +11,4 @@ shellcheck scripts/*.sh .ci/run
 "$venv/mypy"
 "$venv/neuron-torch" render --check
 "$venv/neuron-torch" check
-"$venv/python" -m pytest "$@"
+"$venv/python" -m pytest --durations=30 "$@"
