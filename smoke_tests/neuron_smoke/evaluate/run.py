@@ -148,6 +148,9 @@ def _measure(
             spec.model, spec.inputs, opts.shapes, backend.device_type, compile_backend, opts.iterations, sync,
             module or None,
         )  # fmt: skip
+        sw = data["sweep"]
+        print(f"  sweep: {sw['compiles']} graph(s) for {sw['distinct_shapes']} shape(s); {sweep.cache_note(sw)}",
+              flush=True)  # fmt: skip
         phases.done("sweep")
     data["readiness"] = readiness.scan(spec.model, dev.inventory, dev.fallback_ops, compile_error)
     data["readiness"]["compile_tried"] = bool(opts.shapes)
