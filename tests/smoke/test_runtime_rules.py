@@ -130,6 +130,38 @@ def test_fallback_compile_and_float64_rules(sim_env: dict[str, str]) -> None:
     assert "float64 kept True" in off.stdout and "fallback []" in off.stdout
 
 
+def test_convolutions_run_on_the_device_like_every_other_op(sim_env: dict[str, str]) -> None:
+    """convolution_overrideable and its backward (what PrivateUse1 convolutions dispatch to) are the device's:
+    results equal the CPU's, the ops are tracked, compiled on first use, and can be made to fall back."""
+    code = (
+        "torch.manual_seed(0)\n"
+        "def step(conv, x):\n"
+        "    x = x.clone().requires_grad_()\n"
+        "    out = conv(x); out.square().sum().backward()\n"
+        "    return [out.detach().cpu(), x.grad.cpu()] + [p.grad.cpu() for p in conv.parameters()]\n"
+        "for conv, shape in ((torch.nn.Conv2d(4, 6, 3, stride=2, padding=1, groups=2), (2, 4, 9, 9)),\n"
+        "                    (torch.nn.ConvTranspose1d(4, 6, 3, stride=2, groups=2), (2, 4, 7))):\n"
+        "    x = torch.randn(shape)\n"
+        "    ref = step(conv, x); conv.zero_grad()\n"
+        "    got = step(conv.to('neuron'), x.to('neuron'))\n"
+        "    print('equal', all(torch.allclose(a, b, rtol=1e-5, atol=1e-6) for a, b in zip(ref, got)), len(got))\n"
+        "ops = set(torch_neuronx.get_executed_ops()) | set(torch_neuronx.get_fallback_ops())\n"
+        "print('conv ops', sorted(o for o in ops if 'convolution' in o))\n"
+        "print('fallback', sorted(set(torch_neuronx.get_fallback_ops())))\n"
+        "print('eager compiles', torch_neuronx.compile_cache_stats()['eager_compiles'])\n"
+    )
+    names = ["aten::convolution_backward_overrideable", "aten::convolution_overrideable"]
+    proc = sim_python(sim_env, code)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.count("equal True 4") == 2, proc.stdout
+    assert f"conv ops {names}" in proc.stdout and "fallback []" in proc.stdout
+    assert int(proc.stdout.split("eager compiles ")[1].split()[0]) >= 4  # two convs, forward and backward
+    fell = sim_python({**sim_env, "NEURON_SIM_FALLBACK_OPS": ",".join(names)}, code)
+    assert fell.returncode == 0 and fell.stdout.count("equal True 4") == 2, fell.stderr
+    assert f"fallback {names}" in fell.stdout
+    assert "Operator 'aten::convolution_overrideable' fell back to CPU" in fell.stderr
+
+
 # ---- verify-device on those rules ----
 
 
