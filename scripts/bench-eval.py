@@ -7,9 +7,10 @@ evaluation runs as many steps, the first warm-up step being the instrumented one
 --record adds saving the baseline, --baseline a CPU step (none when the device is the CPU: the device run is the CPU
 run) and the comparison. Both then write their reports (JSON, Markdown, HTML, plots): a fixed cost that does not
 grow with the model (importing matplotlib and drawing), so the ratio against the goal leaves it out and it is
-printed on its own, with the total. Everything runs in this process after one untimed warm-up step, so interpreter
-start-up and `import torch` count for neither side; each number is the median of --repeat runs. Prints numbers; it
-is not a pass/fail test.
+printed on its own, with the total. On a loaded machine the bare runs and the evaluations drift apart, so the ratio
+is also printed against the evaluation's own bare timed steps (scaled to the same step count). Everything runs in
+this process after one untimed warm-up step, so interpreter start-up and `import torch` count for neither side; each
+number is the median of --repeat runs. Prints numbers; it is not a pass/fail test.
 
 Usage: scripts/bench-eval.py [--model PKG.MOD:FACTORY] [--device cpu|neuron] [--repeat N] [--iterations N]
 """
@@ -85,6 +86,10 @@ def main() -> int:
             f"out); writing the reports {report:.3f} s; in all {total:.3f} s = {total / bare_s:.2f}x"
         )
         print("    phases (s): " + ", ".join(f"{k} {v:.3f}" for k, v in phases.items()))
+        # The run's own bare steps (one fewer: the instrumented step is its first warm-up step), scaled to `steps`:
+        # a reference taken in the same run, so load that drifts between runs moves both sides.
+        own = phases["timed_steps"] * steps / (steps - 1 if args.warmup > 0 else steps)
+        print(f"    against the run's own bare steps ({own:.3f} s for {steps}): {(total - report) / own:.2f}x")
     return 0
 
 
