@@ -90,10 +90,6 @@ def test_first_use_compiles_once_and_a_second_process_loads_from_the_cache(
         "first = time.perf_counter() - t\n"
         "y = (x @ x).relu().sum().item()\n"
         "print('stats', *torch.ops.neuron_sim.compile_stats(), 'first', first)\n"
-        "f = torch.compile(lambda t: t * 2, backend='neuron', dynamic=False)\n"
-        "f(x); f(x[:8]); f(x)\n"  # two shapes: two graphs, the repeat compiles nothing
-        "c = torch_neuronx.compile_cache_stats()\n"
-        "print('graphs', c['compiles'], c['hits'], c['failed'], 'eager', c['eager_compiles'])\n"
     )
     env = {**sim_env, "NEURON_SIM_COMPILE_MS": "200", "NEURON_SIM_CACHE_LOAD_MS": "1"}
     cold, warm = sim_python(env, code), sim_python(env, code)
@@ -103,12 +99,7 @@ def test_first_use_compiles_once_and_a_second_process_loads_from_the_cache(
     assert misses >= 3 and int(c[2]) == 0  # ones, mm, relu, sum: compiled on first use
     assert float(c[4]) >= misses * 0.2  # each compile costs its latency (a lower bound; speed is for benchmarks)
     assert int(w[1]) == 0 and int(w[2]) == misses  # the new process loads every one from the cache
-    # torch_neuronx.compile_cache_stats() (the twin's own): graphs compiled, then loaded by the second process; the
-    # eager compiles include those of the ops the compiled graphs ran
-    assert "graphs 2 0 0" in cold.stdout and "graphs 0 2 0 eager 0" in warm.stdout, cold.stdout + warm.stdout
-    eager = int(cold.stdout.split(" eager ")[1].split()[0])
-    assert eager >= misses and len(list((tmp_path / "neff-cache").glob("eager-*.neff"))) == eager
-    assert len(list((tmp_path / "neff-cache").glob("graph-*.neff"))) == 2
+    assert len(list((tmp_path / "neff-cache").glob("eager-*.neff"))) == misses
 
 
 def test_fallback_compile_and_float64_rules(sim_env: dict[str, str]) -> None:
@@ -124,13 +115,21 @@ def test_fallback_compile_and_float64_rules(sim_env: dict[str, str]) -> None:
         "d = torch.full((2,), 1.0, dtype=torch.float64, device='neuron') + 2.0 ** -40\n"
         "print('float64 kept', bool((d.cpu() == 1.0 + 2.0 ** -40).all()))\n"
     )
-    proc = sim_python(sim_env, code)
+    graphs = (  # two shapes, a repeat, and after Dynamo's reset the first shape again: loaded from the NEFF cache
+        "g = torch.compile(lambda t: t * 2, backend='neuron', dynamic=False)\n"
+        "g(a); g(a[:2]); g(a); torch._dynamo.reset(); g(a)\n"
+        "c = torch_neuronx.compile_cache_stats()\n"
+        "print('graphs', c['compiles'], c['hits'], c['failed'])\n"
+    )
+    proc = sim_python(sim_env, code + graphs)
     assert proc.returncode == 0, proc.stderr
     assert "fallback ['aten::linalg_qr']" in proc.stdout
     assert "[Neuron] [WARNING] Operator 'aten::linalg_qr' fell back to CPU" in proc.stderr
     assert "compile failed:" in proc.stdout and "cannot lower aten::linalg_qr" in proc.stdout
     assert "float64 kept False" in proc.stdout
     assert "float64 is not supported on Neuron: computing in float32" in proc.stderr
+    # torch_neuronx.compile_cache_stats() (the twin's own): 2 graphs compiled, 1 loaded, the qr graph refused
+    assert "graphs 2 1 1" in proc.stdout
 
     eager = sim_python({**sim_env, "TORCH_NEURONX_DISABLE_FALLBACK_EXECUTION": "0"}, code)
     assert "compiled" in eager.stdout.splitlines() and "running it eagerly" in eager.stderr
