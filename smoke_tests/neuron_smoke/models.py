@@ -17,6 +17,7 @@ from torch import nn
 from torch.utils import _pytree as pytree
 
 from neuron_smoke.errors import UsageError
+from neuron_smoke.examples.classification import classification
 
 LossFn = Callable[[Any], torch.Tensor]
 
@@ -46,16 +47,7 @@ class TinyBlock(nn.Module):
 
 
 def default_factory() -> tuple[nn.Module, tuple[torch.Tensor, ...], LossFn]:
-    torch.manual_seed(0)
-    model = TinyBlock()
-    gen = torch.Generator().manual_seed(1)
-    x = torch.randn(32, 64, generator=gen)
-    target = torch.randint(0, 10, (32,), generator=gen)
-
-    def loss_fn(out: torch.Tensor) -> torch.Tensor:
-        return nn.functional.cross_entropy(out, target.to(out.device))
-
-    return model, (x,), loss_fn
+    return classification(TinyBlock, batch=32, width=64)
 
 
 def mean_square_loss(output: Any) -> torch.Tensor:

@@ -35,9 +35,6 @@ def inject(model: nn.Module, layer: str, factor: float) -> None:
 
 
 def factory() -> Any:
-    import sim_conv
-
-    sim_conv.register()  # the simulated device's missing convolution entries (see sim_conv.py)
     made = resolve_factory(os.environ.get("NEURON_EVAL_FAULT_MODEL", "neuron_smoke.examples.mlp:factory"))()
     layer = os.environ.get("NEURON_EVAL_FAULT_LAYER")
     if layer:

@@ -72,6 +72,10 @@ def test_compare_on_the_device_passes_and_renders_every_report(sim_env: dict[str
     sweep = data["sweep"]
     assert (sweep["backend"], sweep["compiles"], sweep["recompiles"]) == ("neuron", 2, 1)
     assert [r["compiled_graphs"] for r in sweep["shapes"]] == [1, 1, 0]
+    # The simulated compile cache (torch_neuronx.compile_cache_stats(), a fresh NEFF cache) compiled the same graphs.
+    assert (sweep["device_compiles"], sweep["device_cache_hits"]) == (2, 0)
+    assert sweep["device_recompiles"] == sweep["recompiles"]
+    assert "device compile cache: 2 compile(s), 0 cache hit(s), 1 recompile(s) (agrees)" in run.output
     assert data["readiness"]["compile_tried"] and data["readiness"]["compile_failure"] is None
     assert data["origins"] == {"baseline": [], "cpu": []}
     assert all(r["ok"] for r in data["tensors"]) and len(data["tensors"]) == 24

@@ -122,9 +122,20 @@ def test_sweep_counts_one_compile_per_new_shape_and_none_for_a_repeat() -> None:
     assert error is None and result["failed_at"] is None
     assert [r["compiled_graphs"] for r in result["shapes"]] == [1, 1, 0, 1]
     assert result["compiles"] == 3 == counters["stats"]["unique_graphs"]  # Dynamo's own count agrees
-    assert result["recompiles"] == 2 and result["distinct_shapes"] == 3 and result["device_compiles"] == 3
+    assert result["recompiles"] == 2 and result["distinct_shapes"] == 3
+    assert (result["device_compiles"], result["device_cache_hits"], result["device_recompiles"]) == (3, 0, 2)
+    assert "3 compile(s), 0 cache hit(s), 2 recompile(s) (agrees)" in sweep.cache_note(result)
     assert result["buckets"]["boundaries"] == {"0": [4, 8, 16]}
     assert all(r["first_call_s"] > r["steady_p50_ms"] / 1e3 for r in result["shapes"] if r["compiled_graphs"])
+
+
+def test_sweep_without_a_device_cache_count_says_so() -> None:
+    spec = _spec()
+    result, error = sweep.run(spec.model, spec.inputs, [(4, 32)], "cpu", "aot_eager", 1, lambda: None, object())
+    assert error is None and result["compiles"] == 1 and result["device_compiles"] is None
+    assert "not reported (no compile_cache_stats() on the device module" in sweep.cache_note(result)
+    assert "DIFFERS from Dynamo's 2" in sweep.cache_note({**result, "compiles": 2, "device_compiles": 1,
+                                                           "device_cache_hits": 0, "device_recompiles": 0})  # fmt: skip
 
 
 def test_buckets_say_when_padding_saves_compiles() -> None:

@@ -115,19 +115,59 @@ def test_fallback_compile_and_float64_rules(sim_env: dict[str, str]) -> None:
         "d = torch.full((2,), 1.0, dtype=torch.float64, device='neuron') + 2.0 ** -40\n"
         "print('float64 kept', bool((d.cpu() == 1.0 + 2.0 ** -40).all()))\n"
     )
-    proc = sim_python(sim_env, code)
+    graphs = (  # two shapes, a repeat, and after Dynamo's reset the first shape again: loaded from the NEFF cache
+        "g = torch.compile(lambda t: t * 2, backend='neuron', dynamic=False)\n"
+        "g(a); g(a[:2]); g(a); torch._dynamo.reset(); g(a)\n"
+        "c = torch_neuronx.compile_cache_stats()\n"
+        "print('graphs', c['compiles'], c['hits'], c['failed'])\n"
+    )
+    proc = sim_python(sim_env, code + graphs)
     assert proc.returncode == 0, proc.stderr
     assert "fallback ['aten::linalg_qr']" in proc.stdout
     assert "[Neuron] [WARNING] Operator 'aten::linalg_qr' fell back to CPU" in proc.stderr
     assert "compile failed:" in proc.stdout and "cannot lower aten::linalg_qr" in proc.stdout
     assert "float64 kept False" in proc.stdout
     assert "float64 is not supported on Neuron: computing in float32" in proc.stderr
+    # torch_neuronx.compile_cache_stats() (the twin's own): 2 graphs compiled, 1 loaded, the qr graph refused
+    assert "graphs 2 1 1" in proc.stdout
 
     eager = sim_python({**sim_env, "TORCH_NEURONX_DISABLE_FALLBACK_EXECUTION": "0"}, code)
     assert "compiled" in eager.stdout.splitlines() and "running it eagerly" in eager.stderr
     eager_only = code.replace("f(a); print('compiled')", "pass")  # no torch.compile: the rules below are eager ones
     off = sim_python({**sim_env, "NEURON_SIM_RULES_OFF": "float64,eager_fallback"}, eager_only)
     assert "float64 kept True" in off.stdout and "fallback []" in off.stdout
+
+
+def test_convolutions_run_on_the_device_like_every_other_op(sim_env: dict[str, str]) -> None:
+    """convolution_overrideable and its backward (what PrivateUse1 convolutions dispatch to) are the device's:
+    results equal the CPU's, the ops are tracked, compiled on first use, and can be made to fall back."""
+    code = (
+        "torch.manual_seed(0)\n"
+        "def step(conv, x):\n"
+        "    x = x.clone().requires_grad_()\n"
+        "    out = conv(x); out.square().sum().backward()\n"
+        "    return [out.detach().cpu(), x.grad.cpu()] + [p.grad.cpu() for p in conv.parameters()]\n"
+        "for conv, shape in ((torch.nn.Conv2d(4, 6, 3, stride=2, padding=1, groups=2), (2, 4, 9, 9)),\n"
+        "                    (torch.nn.ConvTranspose1d(4, 6, 3, stride=2, groups=2), (2, 4, 7))):\n"
+        "    x = torch.randn(shape)\n"
+        "    ref = step(conv, x); conv.zero_grad()\n"
+        "    got = step(conv.to('neuron'), x.to('neuron'))\n"
+        "    print('equal', all(torch.allclose(a, b, rtol=1e-5, atol=1e-6) for a, b in zip(ref, got)), len(got))\n"
+        "ops = set(torch_neuronx.get_executed_ops()) | set(torch_neuronx.get_fallback_ops())\n"
+        "print('conv ops', sorted(o for o in ops if 'convolution' in o))\n"
+        "print('fallback', sorted(set(torch_neuronx.get_fallback_ops())))\n"
+        "print('eager compiles', torch_neuronx.compile_cache_stats()['eager_compiles'])\n"
+    )
+    names = ["aten::convolution_backward_overrideable", "aten::convolution_overrideable"]
+    proc = sim_python(sim_env, code)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.count("equal True 4") == 2, proc.stdout
+    assert f"conv ops {names}" in proc.stdout and "fallback []" in proc.stdout
+    assert int(proc.stdout.split("eager compiles ")[1].split()[0]) >= 4  # two convs, forward and backward
+    fell = sim_python({**sim_env, "NEURON_SIM_FALLBACK_OPS": ",".join(names)}, code)
+    assert fell.returncode == 0 and fell.stdout.count("equal True 4") == 2, fell.stderr
+    assert f"fallback {names}" in fell.stdout
+    assert "Operator 'aten::convolution_overrideable' fell back to CPU" in fell.stderr
 
 
 # ---- verify-device on those rules ----

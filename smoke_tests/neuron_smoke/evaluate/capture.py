@@ -141,9 +141,18 @@ def train_step(
 
 
 def time_steps(
-    spec: ModelSpec, device: str, warmup: int, iterations: int, synchronize: Callable[[], None]
+    spec: ModelSpec,
+    device: str,
+    warmup: int,
+    iterations: int,
+    synchronize: Callable[[], None],
+    warm_step: Callable[[], None] | None = None,
 ) -> dict[str, Any]:
-    """Forward, loss and backward, bare: the first call, then p50/p95 over `iterations` after `warmup`."""
+    """Forward, loss and backward, bare: the first call, then p50/p95 over `iterations` after `warmup`.
+
+    `warm_step` (the instrumented step: the same forward, loss and backward, on its own copy) runs right after the
+    first call and counts as the first of the `warmup` steps, so the first call stays the process's cold one.
+    """
     model = move(spec.model, device)[0]
     inputs = tuple(x.to(device) for x in spec.inputs)
 
@@ -155,7 +164,9 @@ def time_steps(
         return time.perf_counter() - start
 
     first = step()
-    for _ in range(warmup):
+    if warm_step is not None:
+        warm_step()
+    for _ in range(warmup - 1 if warm_step is not None and warmup > 0 else warmup):
         step()
     times = sorted(step() for _ in range(iterations))
     return {

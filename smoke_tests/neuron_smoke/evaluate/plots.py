@@ -13,30 +13,34 @@ def available() -> bool:
     return importlib.util.find_spec("matplotlib") is not None
 
 
-def _pyplot() -> Any:
-    """matplotlib.pyplot on the Agg backend, imported on the first plot (it costs about a second)."""
-    import matplotlib
+def _figure(width: float, height: float, left: float = 0.12) -> Any:
+    """A bare matplotlib Figure (no pyplot: its import and figure manager cost more than the drawing), with fixed
+    margins instead of tight_layout, which would draw every figure twice. `left` leaves room for y labels."""
+    from matplotlib.figure import Figure
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    fig = Figure(figsize=(width, height))
+    fig.subplots_adjust(left=left, right=0.97, top=0.95, bottom=max(0.12, 0.55 / height))
+    return fig
 
-    return plt
+
+def _label_room(labels: list[str], width: float, fontsize: float) -> float:
+    """The left margin, as a fraction of the figure, that `labels` at `fontsize` points need (about 0.6 em a char)."""
+    inches = max((len(label) for label in labels), default=0) * fontsize * 0.6 / 72 + 0.3
+    return min(0.6, max(0.08, inches / width))
 
 
 def _png(fig: Any) -> bytes:
     buf = io.BytesIO()
-    fig.tight_layout()
     fig.savefig(buf, format="png", dpi=90)
-    _pyplot().close(fig)
     return buf.getvalue()
 
 
 def layer_errors(layers: list[dict[str, Any]], rtol: float) -> bytes | None:
     if not available() or not layers:
         return None
-    plt = _pyplot()
     names = [entry["layer"] for entry in layers]
-    fig, ax = plt.subplots(figsize=(9, max(2.5, 0.22 * len(names) + 1)))
+    fig = _figure(9, max(2.5, 0.22 * len(names) + 1), left=_label_room(names, 9, 7))
+    ax = fig.subplots()
     y = list(range(len(names)))
     for offset, ref, color in ((-0.2, "baseline", "tab:blue"), (0.2, "cpu", "tab:orange")):
         values = [max(entry.get(f"worst_vs_{ref}", 0.0) or 0.0, FLOOR) for entry in layers]
@@ -54,9 +58,10 @@ def layer_errors(layers: list[dict[str, Any]], rtol: float) -> bytes | None:
 def sweep_times(rows: list[dict[str, Any]]) -> bytes | None:
     if not available() or not rows:
         return None
-    plt = _pyplot()
     shapes = [r["shape"] for r in rows]
-    fig, ax = plt.subplots(figsize=(7, 3.2))
+    fig = _figure(7, 3.2)
+    fig.subplots_adjust(right=0.88, bottom=0.2, top=0.8)  # the legend sits above the axes
+    ax = fig.subplots()
     x = list(range(len(shapes)))
     ax.bar([i - 0.2 for i in x], [r["compile_s"] for r in rows], width=0.4, label="compile (s)", color="tab:red")
     ax2 = ax.twinx()
@@ -64,16 +69,16 @@ def sweep_times(rows: list[dict[str, Any]]) -> bytes | None:
     ax.set_xticks(x, shapes, rotation=30, fontsize=8)
     ax.set_ylabel("compile time (s)")
     ax2.set_ylabel("steady state p50 (ms)")
-    fig.legend(loc="upper left", fontsize=8)
+    fig.legend(loc="upper left", fontsize=8, ncols=2)
     return _png(fig)
 
 
 def fallback_modules(rows: list[dict[str, Any]]) -> bytes | None:
     if not available() or not rows:
         return None
-    plt = _pyplot()
     labels = [f"{r['module']}: {r['op']}" for r in rows]
-    fig, ax = plt.subplots(figsize=(7, max(2.0, 0.3 * len(labels) + 1)))
+    fig = _figure(7, max(2.0, 0.3 * len(labels) + 1), left=_label_room(labels, 7, 8))
+    ax = fig.subplots()
     ax.barh(range(len(labels)), [r["calls"] or 0 for r in rows], color="tab:purple")
     ax.set_yticks(range(len(labels)), labels, fontsize=8)
     ax.invert_yaxis()

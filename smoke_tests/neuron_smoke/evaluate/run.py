@@ -133,12 +133,20 @@ def _measure(
     """The instrumented step (inventory, activations, fallback), the bare timed steps, the sweep, readiness."""
     tracker = module if backend.tracks_fallback and hasattr(module, "get_fallback_ops") else None
     sync = backend.synchronize
-    dev = capture.train_step(spec, backend.device_type, with_inventory=True, tracker=tracker, synchronize=sync)
+    steps: list[capture.Capture] = []
+
+    def instrumented() -> None:  # after the cold first call, as the first warm-up step
+        phases.done("timed_steps")
+        steps.append(
+            capture.train_step(spec, backend.device_type, with_inventory=True, tracker=tracker, synchronize=sync)
+        )
+        phases.done("instrumented_step")
+
+    data["timing"] = capture.time_steps(spec, backend.device_type, opts.warmup, opts.iterations, sync, instrumented)
+    dev = steps[0]
     assert dev.inventory is not None
     data["inventory"] = dev.inventory.to_list()
     data["fallback_ops"] = dev.fallback_ops
-    phases.done("instrumented_step")
-    data["timing"] = capture.time_steps(spec, backend.device_type, opts.warmup, opts.iterations, sync)
     _print_timing(data["timing"])
     phases.done("timed_steps")
     compile_error = None
@@ -148,6 +156,9 @@ def _measure(
             spec.model, spec.inputs, opts.shapes, backend.device_type, compile_backend, opts.iterations, sync,
             module or None,
         )  # fmt: skip
+        sw = data["sweep"]
+        print(f"  sweep: {sw['compiles']} graph(s) for {sw['distinct_shapes']} shape(s); {sweep.cache_note(sw)}",
+              flush=True)  # fmt: skip
         phases.done("sweep")
     data["readiness"] = readiness.scan(spec.model, dev.inventory, dev.fallback_ops, compile_error)
     data["readiness"]["compile_tried"] = bool(opts.shapes)
@@ -159,7 +170,9 @@ def _measure(
 def _compare(
     data: dict[str, Any], spec: ModelSpec, dev: capture.Capture, base: baseline.Baseline | None, opts: EvalOptions
 ) -> None:
-    cpu = capture.train_step(spec, "cpu")
+    # On the CPU the device run is already the same-machine CPU run; elsewhere a CPU step separates the device's
+    # errors from those of the environment the baseline came from.
+    cpu = dev if dev.device == "cpu" else capture.train_step(spec, "cpu")
     rows = compare.per_tensor(dev, cpu, base, opts.rtol)
     data["tensors"] = rows
     data["missing"] = compare.missing(dev, cpu, base)

@@ -7,7 +7,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
-from neuron_smoke.evaluate import plots
+from neuron_smoke.evaluate import plots, sweep
 
 MAX_TENSOR_ROWS = 60
 
@@ -144,12 +144,11 @@ def _fallback(data: dict[str, Any]) -> Section:
 
 def _sweep(sw: dict[str, Any]) -> Section:
     s = Section("Shape sweep (torch.compile, dynamic=False)")
-    dev = sw["device_compiles"]
     if sw.get("failed_at"):
         s.text.append(f"torch.compile failed at shape {sw['failed_at']}; see Readiness.")
     s.text.append(
         f"{sw['compiles']} graph(s) compiled for {sw['distinct_shapes']} distinct shape(s) ({sw['recompiles']} "
-        f"recompile(s)); device compile cache: {'not reported' if dev is None else dev}. {sw['buckets']['note']}."
+        f"recompile(s)); {sweep.cache_note(sw)}. {sw['buckets']['note']}."
     )
     png = plots.sweep_times(sw["shapes"])
     if png is not None:

@@ -2,8 +2,9 @@
 
 With dynamic=False every new input shape is a new graph to compile (AWS advises padding or bucketing). Compiles
 are counted twice: by a counting wrapper around the compile backend (each call is one graph Dynamo compiled), and,
-where the device module offers it, by the device's own compile cache (`compile_cache_stats()`, see
-device_compiles); the report says which count it shows.
+where the device module offers it, by the device's own compile cache (`compile_cache_stats()`: graphs compiled and
+loaded from the cache; the simulated device has it, the real torch_neuronx has no such call). The report says
+whether the device's count was there and whether it agrees.
 """
 
 from __future__ import annotations
@@ -71,14 +72,22 @@ class CountingBackend:
         return self._backend(gm, example_inputs, **kwargs)
 
 
-def device_compiles(module: Any) -> int | None:
-    """Compiles the device's compile cache performed, when its module reports them (None otherwise)."""
+def device_cache(module: Any) -> dict[str, int] | None:
+    """Graphs the device's compile cache compiled and loaded so far, when its module reports them (None otherwise)."""
     stats = getattr(module, "compile_cache_stats", None)
     if not callable(stats):
         return None
     value = stats()
-    count = value.get("compiles") if isinstance(value, dict) else getattr(value, "compiles", None)
-    return int(count) if count is not None else None
+    if not isinstance(value, dict) or "compiles" not in value:
+        return None
+    return {"compiles": int(value["compiles"]), "hits": int(value.get("hits", 0))}
+
+
+def _device_delta(before: dict[str, int] | None, after: dict[str, int] | None) -> dict[str, Any]:
+    if before is None or after is None:
+        return {"device_compiles": None, "device_cache_hits": None, "device_recompiles": None}
+    compiles, hits = after["compiles"] - before["compiles"], after["hits"] - before["hits"]
+    return {"device_compiles": compiles, "device_cache_hits": hits, "device_recompiles": max(compiles + hits - 1, 0)}
 
 
 def run(
@@ -97,7 +106,7 @@ def run(
     module = move(model, device)[0].eval()
     old_limit = torch._dynamo.config.recompile_limit
     torch._dynamo.config.recompile_limit = max(old_limit, RECOMPILE_LIMIT)
-    dev_before = device_compiles(device_module)
+    dev_before = device_cache(device_module)
     rows = []
     error: BaseException | None = None
     try:
@@ -111,7 +120,7 @@ def run(
                 break
     finally:
         torch._dynamo.config.recompile_limit = old_limit
-    dev_after = device_compiles(device_module)
+    dev_after = device_cache(device_module)
     distinct = len({r["shape"] for r in rows})
     result = {
         "backend": backend,
@@ -119,12 +128,24 @@ def run(
         "shapes": rows,
         "compiles": counter.compiles,
         "recompiles": max(counter.compiles - 1, 0),
-        "device_compiles": None if dev_before is None or dev_after is None else dev_after - dev_before,
+        **_device_delta(dev_before, dev_after),
         "distinct_shapes": distinct,
         "buckets": suggest_buckets([tuple(int(d) for d in r["shape"].split("x")) for r in rows]),
         "failed_at": None if error is None else "x".join(map(str, shapes[len(rows)])),
     }
     return result, error
+
+
+def cache_note(sw: dict[str, Any]) -> str:
+    """What the device's own compile cache counted during the sweep, or why there is no such count."""
+    if sw.get("device_compiles") is None:
+        return "device compile cache: not reported (no compile_cache_stats() on the device module; counts are Dynamo's)"
+    graphs = sw["device_compiles"] + sw["device_cache_hits"]
+    agree = "agrees" if graphs == sw["compiles"] else f"DIFFERS from Dynamo's {sw['compiles']}"
+    return (
+        f"device compile cache: {sw['device_compiles']} compile(s), {sw['device_cache_hits']} cache hit(s), "
+        f"{sw['device_recompiles']} recompile(s) ({agree})"
+    )
 
 
 def _one_shape(

@@ -5,6 +5,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from neuron_smoke.examples.classification import classification
 from neuron_smoke.models import LossFn
 
 
@@ -23,13 +24,4 @@ class MLP(nn.Module):
 
 
 def factory() -> tuple[nn.Module, tuple[torch.Tensor, ...], LossFn]:
-    torch.manual_seed(0)
-    model = MLP()
-    gen = torch.Generator().manual_seed(1)
-    x = torch.randn(16, 32, generator=gen)
-    target = torch.randint(0, 10, (16,), generator=gen)
-
-    def loss_fn(out: torch.Tensor) -> torch.Tensor:
-        return nn.functional.cross_entropy(out, target.to(out.device))
-
-    return model, (x,), loss_fn
+    return classification(MLP, batch=16, width=32)

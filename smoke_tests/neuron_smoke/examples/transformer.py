@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib
+from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -13,9 +14,32 @@ from neuron_smoke.models import LossFn
 
 VOCAB = 256
 BATCH, SEQ = 2, 32
+# The examples' tiny configs: 2 layers, width 64, 4 attention heads, dropout off.
+MODELS: dict[str, tuple[str, str, dict[str, Any]]] = {
+    "gpt2": ("GPT2Config", "GPT2LMHeadModel", {
+        "vocab_size": VOCAB, "n_positions": 128, "n_embd": 64, "n_layer": 2, "n_head": 4,
+        "resid_pdrop": 0.0, "embd_pdrop": 0.0, "attn_pdrop": 0.0,
+    }),
+    "llama": ("LlamaConfig", "LlamaForCausalLM", {
+        "vocab_size": VOCAB, "hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2,
+        "num_attention_heads": 4, "num_key_value_heads": 2, "max_position_embeddings": 128, "attention_dropout": 0.0,
+    }),
+}  # fmt: skip
+Example = tuple[nn.Module, tuple[torch.Tensor, ...], LossFn]
 
 
-def make(build: Any) -> tuple[nn.Module, tuple[torch.Tensor, ...], LossFn]:
+def factory_for(name: str) -> Callable[[], Example]:
+    """The factory of one of MODELS (what `--model neuron_smoke.examples.NAME:factory` calls)."""
+    config_class, model_class, config = MODELS[name]
+
+    def factory() -> Example:
+        return make(config_class, model_class, **config)
+
+    return factory
+
+
+def make(config_class: str, model_class: str, **config: Any) -> Example:
+    """transformers' `model_class` from `config_class(**config)` (eager attention), seeded, with a causal-LM batch."""
     try:
         transformers: Any = importlib.import_module("transformers")
     except ImportError as exc:
@@ -24,7 +48,9 @@ def make(build: Any) -> tuple[nn.Module, tuple[torch.Tensor, ...], LossFn]:
         ) from exc
     transformers.logging.set_verbosity_error()
     torch.manual_seed(0)
-    model = build(transformers)
+    settings = getattr(transformers, config_class)(**config)
+    settings._attn_implementation = "eager"
+    model: nn.Module = getattr(transformers, model_class)(settings)
     model.train()
     gen = torch.Generator().manual_seed(1)
     ids = torch.randint(0, VOCAB, (BATCH, SEQ), generator=gen)

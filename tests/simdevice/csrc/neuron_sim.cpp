@@ -26,6 +26,7 @@
 #include <sys/file.h>
 #include <unistd.h>
 
+#include <array>
 #include <atomic>
 #include <cerrno>
 #include <chrono>
@@ -37,6 +38,7 @@
 #include <set>
 #include <sstream>
 #include <string>
+#include <tuple>
 #include <thread>
 #include <unordered_set>
 #include <vector>
@@ -457,6 +459,65 @@ void boxed_fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   }
 }
 
+// Convolutions on PrivateUse1 dispatch to convolution_overrideable and convolution_backward_overrideable, which have
+// no CPU kernel for the boxed fallback to call. These two run the CPU convolution on host memory, after the same
+// accounting as every other op (runtime claimed, recorded as executed or fallen back, compiled on first use).
+void account(const std::string& name, std::initializer_list<at::Tensor> tensors) {
+  ensure_runtime();
+  if (record(name)) {
+    warn_fallback(name);
+    return;
+  }
+  std::ostringstream key;
+  key << name;
+  for (const auto& t : tensors) {
+    if (t.defined()) {
+      key << "|" << c10::toString(t.scalar_type()) << t.sizes();
+    }
+  }
+  compile_on_first_use(key.str());
+}
+
+at::Tensor host(const at::Tensor& t) {
+  return t.defined() && !t.is_cpu() ? as_cpu_view(t) : t;
+}
+
+at::Tensor to_device(const at::Tensor& result, const at::Tensor& like) {
+  if (!result.defined()) {
+    return result;
+  }
+  at::Tensor out = at::empty(result.sizes(), like.options().dtype(result.scalar_type()));
+  as_cpu_view(out).copy_(result);
+  hold_float64_at_float32(out);
+  return out;
+}
+
+at::Tensor convolution_overrideable(const at::Tensor& input, const at::Tensor& weight,
+                                    const std::optional<at::Tensor>& bias, c10::IntArrayRef stride,
+                                    c10::IntArrayRef padding, c10::IntArrayRef dilation, bool transposed,
+                                    c10::IntArrayRef output_padding, int64_t groups) {
+  const bool has_bias = bias.has_value() && bias->defined();
+  account("aten::convolution_overrideable", {input, weight, has_bias ? *bias : at::Tensor()});
+  std::optional<at::Tensor> host_bias = has_bias ? std::optional<at::Tensor>(host(*bias)) : std::nullopt;
+  at::Tensor out = at::convolution(host(input), host(weight), host_bias, stride, padding, dilation, transposed,
+                                   output_padding, groups);
+  return to_device(out, input);
+}
+
+std::tuple<at::Tensor, at::Tensor, at::Tensor> convolution_backward_overrideable(
+    const at::Tensor& grad_output, const at::Tensor& input, const at::Tensor& weight, c10::IntArrayRef stride,
+    c10::IntArrayRef padding, c10::IntArrayRef dilation, bool transposed, c10::IntArrayRef output_padding,
+    int64_t groups, std::array<bool, 3> output_mask) {
+  account("aten::convolution_backward_overrideable", {grad_output, input, weight});
+  // The bias has out_channels elements: weight dim 0, or dim 1 times groups when transposed.
+  std::vector<int64_t> bias_sizes = {transposed ? weight.size(1) * groups : weight.size(0)};
+  auto grads = at::convolution_backward(host(grad_output), host(input), host(weight),
+                                        output_mask[2] ? std::optional<at::IntArrayRef>(bias_sizes) : std::nullopt,
+                                        stride, padding, dilation, transposed, output_padding, groups, output_mask);
+  return {to_device(std::get<0>(grads), input), to_device(std::get<1>(grads), weight),
+          to_device(std::get<2>(grads), weight)};
+}
+
 // Control surface for the fake torch_neuronx module; tensor-free ops need no pybind11 module.
 std::vector<std::string> get_fallback_ops() {
   std::lock_guard<std::mutex> lock(g_mutex);
@@ -552,6 +613,8 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   m.impl("set_.source_Tensor", set_source_tensor);
   m.impl("set_.source_Storage", set_source_storage);
   m.impl("set_.source_Storage_storage_offset", set_source_storage_offset);
+  m.impl("convolution_overrideable", convolution_overrideable);
+  m.impl("convolution_backward_overrideable", convolution_backward_overrideable);
 }
 
 TORCH_LIBRARY_IMPL(_, PrivateUse1, m) {

@@ -82,5 +82,23 @@ def neuron_backend(gm: Any, example_inputs: Any, **kwargs: Any) -> Any:
     return aot_autograd(fw_compiler=compiler, bw_compiler=compiler)(gm, example_inputs, **kwargs)
 
 
+def compile_cache_stats() -> dict[str, int]:
+    """What the simulated compile cache did in this process: torch.compile graphs compiled (`compiles`), loaded from
+    the NEFF cache (`hits`) and refused (`failed`), and eager (op, shapes, dtypes) compiles and cache hits.
+
+    The twin's own inspection API: the real torch_neuronx has no such call, so callers must look for it.
+    """
+    import torch
+
+    eager_compiles, eager_hits = (int(v) for v in torch.ops.neuron_sim.compile_stats())
+    return {
+        "compiles": STATS["compiled"],
+        "hits": STATS["loaded"],
+        "failed": STATS["failed"],
+        "eager_compiles": eager_compiles,
+        "eager_hits": eager_hits,
+    }
+
+
 def register() -> None:
     """Nothing to do eagerly: the entry point in torch_neuronx's dist-info registers the backend."""
