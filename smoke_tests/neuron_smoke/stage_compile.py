@@ -46,13 +46,13 @@ def run(ctx: Context, log: StageLog) -> None:
     spec: ModelSpec = ctx.shared["model_spec"]
     backend = ctx.compile_backend()
     model = copy.deepcopy(spec.model).to(ctx.device).eval()
-    inputs = tuple(x.to(ctx.device) for x in spec.inputs)
+    args, kwargs = spec.inputs_on(ctx.device)
     compiled = torch.compile(model, backend=backend, dynamic=False)
     with torch.no_grad():
-        first, first_s = timed(ctx, lambda: compiled(*inputs))
-        eager = model(*inputs)
-        compiled_times = steady_state(ctx, lambda: compiled(*inputs))
-        eager_times = steady_state(ctx, lambda: model(*inputs))
+        first, first_s = timed(ctx, lambda: compiled(*args, **kwargs))
+        eager = model(*args, **kwargs)
+        compiled_times = steady_state(ctx, lambda: compiled(*args, **kwargs))
+        eager_times = steady_state(ctx, lambda: model(*args, **kwargs))
     got, want = _leaves(first), _leaves(eager)
     errors = [normwise_error(g, w) for g, w in zip(got, want, strict=False)]
     worst = max(errors, default=0.0)
@@ -66,8 +66,9 @@ def run(ctx: Context, log: StageLog) -> None:
     }
     if len(got) != len(want):
         log.fail(f"compiled model returned {len(got)} tensors, eager {len(want)}")
-    if worst > ctx.options.model_rtol:
-        log.fail(f"compiled output differs from eager by {worst:.3g} (rtol {ctx.options.model_rtol:g})")
+    rtol = ctx.eager_rtol()
+    if worst > rtol:
+        log.fail(f"compiled output differs from eager by {worst:.3g} (rtol {rtol:g})")
     fresh = fresh_process_first_calls(ctx, log, backend) if ctx.backend.name == "neuron" else ""
     log.summary = (
         f"backend {backend}: first call {first_s:.2f}s{fresh}, steady {log.numbers['steady_median_ms']:.3g} ms "
