@@ -15,12 +15,16 @@ from neuron_smoke.launchers import LAUNCHERS, Launcher
 from neuron_smoke.model_contract import CONTRACT
 from neuron_smoke.results import Report
 
-EPILOG = """exit codes: 0 all checks passed (skips allowed), 1 a check failed (or timed out),
+EPILOG = (
+    """exit codes: 0 all checks passed (skips allowed), 1 a check failed (or timed out),
 2 usage error, 3 the requested device is not present.
 env: NEURON_SMOKE_DEVICE (default --device), NEURON_TORCH_CELL_FILE (pins), NEURON_SMOKE_IMDS=0 (no IMDS lookup),
 NEURON_SMOKE_DEV_GLOB (where to look for Neuron device files, default /dev/neuron*).
---model contract: """ + CONTRACT + """; a factory that breaks it
+--model contract: """
+    + CONTRACT
+    + """; a factory that breaks it
 is a usage error (exit 2). Both sides of the comparison run with dropout disabled and the same seed."""
+)
 
 
 def _csv(value: str) -> list[str]:

@@ -58,6 +58,7 @@ class TransformerBlock(nn.Module):
         self.down = nn.Linear(hidden, width)
         self.norm_out = nn.LayerNorm(width)
         self.head = nn.Linear(width, vocab)
+        self.mask: torch.Tensor
         self.register_buffer("mask", torch.ones(seq, seq).triu(1).bool(), persistent=False)
 
     def attention(self, h: torch.Tensor) -> torch.Tensor:
@@ -69,7 +70,8 @@ class TransformerBlock(nn.Module):
         scores = torch.bmm(q, k.transpose(1, 2)) * d**-0.5
         weights = scores.masked_fill(self.mask[:t, :t], float("-inf")).softmax(dim=-1)
         y = torch.bmm(weights, v).reshape(b, self.heads, t, d).permute(0, 2, 1, 3).reshape(b * t, c)
-        return self.proj(y).reshape(b, t, c)
+        out: torch.Tensor = self.proj(y).reshape(b, t, c)
+        return out
 
     def forward(self, tokens: torch.Tensor) -> torch.Tensor:
         b, t = tokens.shape
@@ -117,7 +119,9 @@ def load(spec: str | None) -> ModelSpec:
         raise UsageError(f"--model {spec}: the factory returned {type(made).__name__}; {CONTRACT}")
     model, inputs = made[0], made[1]
     if not isinstance(model, nn.Module):
-        raise UsageError(f"--model {spec}: the first item is a {type(model).__name__}, not a torch.nn.Module; {CONTRACT}")
+        raise UsageError(
+            f"--model {spec}: the first item is a {type(model).__name__}, not a torch.nn.Module; {CONTRACT}"
+        )
     args, kwargs = _split_inputs(spec, inputs)
     loss_fn = made[2] if len(made) == 3 else mean_square_loss
     if not callable(loss_fn):
@@ -135,7 +139,9 @@ def _check_on_cpu(spec: ModelSpec) -> None:
     except UsageError:
         raise
     except Exception as exc:
-        raise UsageError(f"--model {spec.name}: the model or loss_fn fails on the CPU: {type(exc).__name__}: {exc}") from exc
+        raise UsageError(
+            f"--model {spec.name}: the model or loss_fn fails on the CPU: {type(exc).__name__}: {exc}"
+        ) from exc
     if not isinstance(loss, torch.Tensor) or loss.numel() != 1 or not loss.is_floating_point():
         raise UsageError(f"--model {spec.name}: loss_fn did not return a floating-point scalar tensor; {CONTRACT}")
 

@@ -70,8 +70,9 @@ def matmul_error(
     err = (result.double() - ref).abs()
     u_out, acc = matmul_tolerance(a.dtype, a.shape[-1], scale)
     bound = u_out * ref.abs() + acc * magnitude
+    worst = _worst_ratio(err, bound)
     bf16_inputs = None
-    if a.dtype == torch.float32:
+    if a.dtype == torch.float32 and worst > 1.0:  # only then is the precision in question
         spread = ((a64 * a64) @ (b64 * b64)).sqrt()
         bf16_inputs = _worst_ratio(err, bound + scale * C_CAST * UNIT_ROUNDOFF[torch.bfloat16] * spread)
     max_abs = float(torch.nan_to_num(err, nan=math.inf).max())
@@ -79,7 +80,7 @@ def matmul_error(
     return MatmulError(
         max_abs=max_abs,
         max_rel=max_abs / scale_ref if scale_ref > 0 else max_abs,
-        worst_ratio=_worst_ratio(err, bound),
+        worst_ratio=worst,
         tol_rtol=u_out,
         tol_acc=acc,
         worst_ratio_bf16_inputs=bf16_inputs,

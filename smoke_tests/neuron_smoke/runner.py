@@ -77,7 +77,8 @@ def _apply_outcome(result: StageResult, log: StageLog, outcome: dict[str, BaseEx
     elif error is not None:
         result.status = FAIL
         result.error = str(outcome["trace"])
-        result.failures = [*log.failures, *log.advisories, f"{type(error).__name__}: {error}"]
+        first = (str(error).strip().splitlines() or [""])[0]  # the whole message is in the traceback (`error`)
+        result.failures = [*log.failures, *log.advisories, f"{type(error).__name__}: {first}"]
     else:
         result.status = FAIL if log.failures or log.advisories else PASS
         result.failures = [*log.failures, *log.advisories]

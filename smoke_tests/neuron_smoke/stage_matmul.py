@@ -48,7 +48,9 @@ SHAPES = (
 
 def cases() -> list[Case]:
     return [
-        Case(op, shape, dtype, 1000 + 10 * i + j) for i, (op, shape) in enumerate(SHAPES) for j, dtype in enumerate(DTYPES)
+        Case(op, shape, dtype, 1000 + 10 * i + j)
+        for i, (op, shape) in enumerate(SHAPES)
+        for j, dtype in enumerate(DTYPES)
     ]
 
 
@@ -61,7 +63,9 @@ def make_inputs(case: Case) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | 
     return a, b, bias
 
 
-def device_result(ctx: Context, case: Case, a: torch.Tensor, b: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
+def device_result(
+    ctx: Context, case: Case, a: torch.Tensor, b: torch.Tensor, bias: torch.Tensor | None
+) -> torch.Tensor:
     dev = ctx.device
     if case.op == "mm":
         out = a.to(dev) @ b.to(dev)
@@ -99,7 +103,9 @@ def run(ctx: Context, log: StageLog) -> None:
         precision = precision_of(err) if case.dtype == torch.float32 else ("bfloat16" if err.ok else "wrong")
         if case.dtype == torch.float32:
             fp32_precisions.add(precision)
-        ok = precision != "wrong" and (case.dtype != torch.float32 or precision == "float32" or not ctx.options.strict_fp32)
+        ok = precision != "wrong" and (
+            case.dtype != torch.float32 or precision == "float32" or not ctx.options.strict_fp32
+        )
         results[case.label] = {
             "max_abs_err": err.max_abs,
             "max_rel_err": err.max_rel,
@@ -124,7 +130,9 @@ def run(ctx: Context, log: StageLog) -> None:
 
 
 def _failure(case: Case, err: MatmulError, precision: str) -> str:
-    numbers = f"max abs err {err.max_abs:.3g}, max rel err {err.max_rel:.3g}, {err.worst_ratio:.3g}x the tolerance bound"
+    numbers = (
+        f"max abs err {err.max_abs:.3g}, max rel err {err.max_rel:.3g}, {err.worst_ratio:.3g}x the tolerance bound"
+    )
     if precision == "bfloat16":
         return f"{case.label}: computed at bfloat16 input precision, not float32 (--strict-fp32): {numbers}"
     extra = ""

@@ -2,7 +2,9 @@
 model's dtype, under bfloat16 autocast (the default model, as AWS documents mixed precision), and compiled.
 
 Both sides run with dropout disabled and the same seed, so a healthy model compares like with like. The reference is
-the float32 CPU run; each run's bound follows from the precision the device computes at (numerics.model_rtol).
+the CPU run of the model as given (float32 for the default model; a bfloat16 model against bfloat16 on the CPU, whose
+own error to exact arithmetic is as large as the device's); each run's bound follows from the precision the device
+computes at (numerics.model_rtol).
 """
 
 from __future__ import annotations
@@ -41,8 +43,8 @@ def disable_dropout(model: nn.Module) -> int:
             count += module.p > 0
             module.p = 0.0
         elif isinstance(getattr(module, "dropout", None), float):
-            count += module.dropout > 0
-            module.dropout = 0.0
+            count += getattr(module, "dropout") > 0  # noqa: B009  (a float attribute, not a submodule)
+            setattr(module, "dropout", 0.0)  # noqa: B010
     return count
 
 
@@ -90,18 +92,6 @@ def train_step(spec: ModelSpec, device: str, ctx: Context | None = None, mode: M
         "grads": grads,
         "weights": {n: p.detach().cpu().clone() for n, p in model.named_parameters()},
     }
-
-
-def reference_spec(spec: ModelSpec) -> ModelSpec:
-    """The CPU reference runs in float32 (a bfloat16 or float16 model is upcast, with its floating inputs)."""
-    if model_dtype(spec.model) in (torch.float32, torch.float64):
-        return spec
-
-    def up(t: Any) -> Any:
-        return t.float() if isinstance(t, torch.Tensor) and t.is_floating_point() else t
-
-    model = copy.deepcopy(spec.model).float()
-    return ModelSpec(model, pytree.tree_map(up, spec.args), pytree.tree_map(up, spec.kwargs), spec.loss_fn, spec.name)
 
 
 def flatten(run: dict[str, Any]) -> dict[str, torch.Tensor]:
@@ -162,7 +152,7 @@ def bound_for(ctx: Context, spec: ModelSpec, mode: Mode) -> tuple[float, torch.d
 
 def run(ctx: Context, log: StageLog) -> None:
     spec: ModelSpec = ctx.shared["model_spec"]
-    reference = train_step(reference_spec(spec), "cpu")
+    reference = train_step(spec, "cpu")
     dropouts = disable_dropout(copy.deepcopy(spec.model))
     log.note(f"both sides: dropout disabled ({dropouts} module(s) had dropout), torch.manual_seed({SEED}), SGD lr {LR}")
     log.numbers = {"model": spec.name, "reduction_size": reduction_size(spec.model), "runs": {}}
@@ -180,7 +170,7 @@ def run(ctx: Context, log: StageLog) -> None:
         if report["out_of_bound"]:
             listed = ", ".join(report["out_of_bound"])
             log.fail(
-                f"{mode.name}: {len(report['out_of_bound'])} tensor(s) differ from the float32 CPU reference beyond "
+                f"{mode.name}: {len(report['out_of_bound'])} tensor(s) differ from the CPU reference beyond "
                 f"rtol {rtol:.3g} ({report['bound_dtype']}), worst first: {listed}"
             )
         summaries.append(f"{mode.name} {report['max_normwise_err']:.2g}/{rtol:.2g}")

@@ -48,7 +48,7 @@ def install_from_env() -> None:
     active = selected()
     kernel_faults = active & {"bf16_addmm", "large_k", "fp32_as_bf16", "gil_hang"}
     if kernel_faults:
-        lib = torch.library.Library("aten", "IMPL")  # noqa: TOR901  (overrides for one dispatch key only)
+        lib = torch.library.Library("aten", "IMPL")  # kernels for PrivateUse1 only
         for op in MATMUL_OPS:
             lib.impl(op, _matmul_kernel(op, kernel_faults), "PrivateUse1")
         _libraries.append(lib)

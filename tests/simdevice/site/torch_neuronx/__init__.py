@@ -43,7 +43,8 @@ def _device_module() -> types.ModuleType:
 
 torch._register_device_module("neuron", _device_module())
 
-from torch_neuronx import _compile, _distributed  # noqa: E402  (both need the device registered first)
+from torch_neuronx import _autocast, _compile, _distributed  # noqa: E402  (they need the device registered first)
 
+_autocast.register()
 _compile.register()
 _distributed.register()
