@@ -147,7 +147,8 @@ def bound_for(ctx: Context, spec: ModelSpec, mode: Mode) -> tuple[float, torch.d
         dtype = ctx.shared.get("fp32_matmul_precision", torch.float32)
     if ctx.options.model_rtol is not None:
         return ctx.options.model_rtol, dtype
-    return model_rtol(dtype, reduction_size(spec.model)), dtype
+    native = mode.autocast is None and dtype in (torch.bfloat16, torch.float16) and dtype == model_dtype(spec.model)
+    return model_rtol(dtype, reduction_size(spec.model), native=native), dtype
 
 
 def run(ctx: Context, log: StageLog) -> None:
