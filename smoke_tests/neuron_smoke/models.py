@@ -40,6 +40,10 @@ class ModelSpec:
 
         return pytree.tree_map(move, self.args), pytree.tree_map(move, self.kwargs)
 
+    def input_leaves(self) -> list[torch.Tensor]:
+        """Every input tensor, positional first, in a fixed order (a fingerprint's and the shape sweep's view)."""
+        return [t for t in pytree.tree_leaves((self.args, self.kwargs)) if isinstance(t, torch.Tensor)]
+
 
 class TransformerBlock(nn.Module):
     """A small causal language model: token embedding, one pre-norm block with multi-head attention written out

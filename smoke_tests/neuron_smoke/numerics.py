@@ -61,13 +61,15 @@ def matmul_error(
     result: torch.Tensor, a: torch.Tensor, b: torch.Tensor, scale: float = 1.0, bias: torch.Tensor | None = None
 ) -> MatmulError:
     """Error of `result` = a @ b (+ bias) against the float64 product of the same inputs, as ratios to the bound."""
-    a64, b64 = a.double(), b.double()
+    # Tensors move to the CPU first: .double() on the device would ask it for float64 (which Neuron runs as float32).
+    a64, b64 = a.cpu().double(), b.cpu().double()
     ref = a64 @ b64
     magnitude = a64.abs() @ b64.abs()
     if bias is not None:
-        ref = ref + bias.double()
-        magnitude = magnitude + bias.double().abs()
-    err = (result.double() - ref).abs()
+        bias64 = bias.cpu().double()
+        ref = ref + bias64
+        magnitude = magnitude + bias64.abs()
+    err = (result.cpu().double() - ref).abs()
     u_out, acc = matmul_tolerance(a.dtype, a.shape[-1], scale)
     bound = u_out * ref.abs() + acc * magnitude
     worst = _worst_ratio(err, bound)
@@ -89,11 +91,12 @@ def matmul_error(
 
 def normwise_error(value: torch.Tensor, reference: torch.Tensor) -> float:
     """max |value - reference| / max |reference| (absolute when the reference is all zeros); NaN counts as inf."""
-    diff = (value.detach().double().cpu() - reference.detach().double().cpu()).abs()
+    ref64 = reference.detach().cpu().double()
+    diff = (value.detach().cpu().double() - ref64).abs()
     if diff.numel() == 0:
         return 0.0
     worst = float(torch.nan_to_num(diff, nan=math.inf).max())
-    scale = float(reference.detach().double().abs().max())
+    scale = float(ref64.abs().max())
     return worst / scale if scale > 0 else worst
 
 
