@@ -15,6 +15,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import resource
 import statistics
 import subprocess
 import sys
@@ -29,10 +30,16 @@ SIM_SITE = HERE.parent / "tests" / "simdevice" / "site"
 SIM_ARGS = ["--device", "neuron", "--throughput-size", "256", "--peak-tflops", "0.001", "--expected-devices", "2"]
 
 
-def timed(cmd: list[str], env: dict[str, str]) -> tuple[float, int]:
+def timed(cmd: list[str], env: dict[str, str], cpu: list[float] | None = None) -> tuple[float, int]:
+    """Wall seconds and exit code; appends the CPU seconds (user + system, the process tree) to `cpu` if given."""
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
     start = time.perf_counter()
     proc = subprocess.run(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=False)
-    return time.perf_counter() - start, proc.returncode
+    wall = time.perf_counter() - start
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    if cpu is not None:
+        cpu.append(after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime)
+    return wall, proc.returncode
 
 
 def failed_stages(cmd: list[str], env: dict[str, str]) -> tuple[float, list[str]]:
@@ -82,10 +89,13 @@ def main() -> int:
             failures = clean_runs("cpu", args.clean_runs, [*verify, "--device", "cpu"], env)
             failures += clean_runs("simulated neuron", args.sim_runs, [*verify, *SIM_ARGS], sim_env(env, Path(tmp)))
         return 1 if failures else 0
-    base, full = [], []
+    base: list[float] = []
+    full: list[float] = []
+    base_cpu: list[float] = []
+    full_cpu: list[float] = []
     for _ in range(args.repeat):
-        base.append(timed([python, "-c", BASELINE], env)[0])
-        seconds, rc = timed([*verify, "--device", "cpu"], env)
+        base.append(timed([python, "-c", BASELINE], env, base_cpu)[0])
+        seconds, rc = timed([*verify, "--device", "cpu"], env, full_cpu)
         if rc != 0:
             print(f"verify-device exited {rc}; run it directly to see why", file=sys.stderr)
             return rc
@@ -94,6 +104,10 @@ def main() -> int:
     print(f"baseline (import torch + 1024^3 matmul): median {b:.2f}s  runs {', '.join(f'{x:.2f}' for x in base)}")
     print(f"verify-device --device cpu (all stages): median {f:.2f}s  runs {', '.join(f'{x:.2f}' for x in full)}")
     print(f"ratio: {f / b:.2f}x (goal <= 2.5x)")
+    # CPU seconds (all threads and child processes): steadier than wall time on a machine others share.
+    bc, fc = statistics.median(base_cpu), statistics.median(full_cpu)
+    print(f"cpu seconds: baseline median {bc:.2f}s, verify-device median {fc:.2f}s, ratio {fc / bc:.2f}x")
+    print(f"load average at the end: {', '.join(f'{x:.2f}' for x in os.getloadavg())} on {os.cpu_count()} CPUs")
     return 0
 
 

@@ -48,21 +48,35 @@ def run_rank(
     device = torch.device("cpu") if backend.device_type == "cpu" else torch.device(backend.device_type, index)
     if backend.device_type != "cpu":
         torch.accelerator.set_device_index(index)
-    dist.init_process_group(
-        backend=process_group,
-        init_method="env://",
-        rank=rank,
-        world_size=world,
-        timeout=timedelta(seconds=timeout_s),
-    )
+    phase = "init_process_group"
     try:
+        dist.init_process_group(
+            backend=process_group,
+            init_method="env://",
+            rank=rank,
+            world_size=world,
+            timeout=timedelta(seconds=timeout_s),
+        )
+        phase = "all_reduce"
         value = torch.tensor([float(rank + 1)], device=device)
         dist.all_reduce(value, op=dist.ReduceOp.SUM)
         # One file per rank: the ranks' stdout interleaves, so printed results can be garbled.
-        result = {"rank": rank, "world_size": world, "value": value.cpu().item()}
-        (result_dir / f"rank-{rank}.json").write_text(json.dumps(result))
+        _record(result_dir, rank, world_size=world, value=value.cpu().item())
+    except Exception as exc:
+        # A rank that gives up (its collective timed out waiting for a peer) says so; a rank that hangs or dies
+        # writes nothing, and the stage names it as the one that did not answer.
+        _record(result_dir, rank, world_size=world, phase=phase, error=f"{type(exc).__name__}: {exc}"[:500])
+        raise
     finally:
-        dist.destroy_process_group()
+        if dist.is_initialized():
+            dist.destroy_process_group()
+
+
+def _record(result_dir: Path, rank: int, **fields: object) -> None:
+    path = result_dir / f"rank-{rank}.json"
+    partial = path.with_suffix(".tmp")
+    partial.write_text(json.dumps({"rank": rank, **fields}))
+    partial.replace(path)  # whole or absent, never half-written
 
 
 def main() -> None:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import time
 from dataclasses import dataclass
 from typing import Any
 
@@ -25,6 +26,18 @@ from neuron_smoke.numerics import model_rtol, nonfinite, normwise_error
 LR = 0.1
 SEED = 0
 CATEGORIES = ("output", "loss", "grads", "weights")
+
+
+@dataclass
+class CompiledStep:
+    """Stage 4's compiled model, kept for the compile stage, which times it instead of compiling another graph."""
+
+    compiled: Any
+    model: nn.Module
+    args: tuple[Any, ...]
+    kwargs: dict[str, Any]
+    backend: str
+    first_call_s: float  # forward, loss and backward: Dynamo and AOT Autograd trace and compile both graphs here
 
 
 @dataclass(frozen=True)
@@ -78,10 +91,15 @@ def train_step(spec: ModelSpec, device: str, ctx: Context | None = None, mode: M
     device_type = torch.device(device).type
     autocast = torch.autocast(device_type, dtype=mode.autocast) if mode.autocast else contextlib.nullcontext()
     torch.manual_seed(SEED)
+    start = time.perf_counter()
     with autocast:
         output = fn(*args, **kwargs)
         loss = spec.loss_fn(output)
     torch.autograd.backward(loss)
+    if ctx is not None and mode.compile_backend and "compiled_step" not in ctx.shared:
+        ctx.backend.synchronize()
+        first_s = time.perf_counter() - start
+        ctx.shared["compiled_step"] = CompiledStep(fn, model, args, kwargs, mode.compile_backend, first_s)
     grads = {n: p.grad.detach().cpu().clone() for n, p in model.named_parameters() if p.grad is not None}
     optimizer.step()
     if ctx is not None:
