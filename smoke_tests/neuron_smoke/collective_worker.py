@@ -10,6 +10,7 @@ import argparse
 import json
 import os
 import sys
+import time
 from datetime import timedelta
 from pathlib import Path
 
@@ -32,8 +33,15 @@ from neuron_smoke.backends import BACKENDS  # noqa: E402
 
 
 def run_rank(
-    device_name: str, process_group: str, timeout_s: float, result_dir: Path, cores: tuple[int, ...] = ()
+    device_name: str,
+    process_group: str,
+    timeout_s: float,
+    result_dir: Path,
+    cores: tuple[int, ...] = (),
+    give_up_at: float | None = None,
 ) -> None:
+    """`timeout_s` bounds the rendezvous and the collective; `give_up_at` (epoch seconds), when given, shortens it so
+    that a rank that started late still gives up, and says so, before its launcher's deadline."""
     backend = BACKENDS[device_name]
     torch.set_num_threads(1)
     rank, world, local = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"]), int(os.environ["LOCAL_RANK"])
@@ -48,6 +56,8 @@ def run_rank(
     device = torch.device("cpu") if backend.device_type == "cpu" else torch.device(backend.device_type, index)
     if backend.device_type != "cpu":
         torch.accelerator.set_device_index(index)
+    if give_up_at is not None:
+        timeout_s = max(1.0, min(timeout_s, give_up_at - time.time()))
     phase = "init_process_group"
     try:
         dist.init_process_group(
@@ -84,11 +94,12 @@ def main() -> None:
     parser.add_argument("--device", required=True, choices=sorted(BACKENDS))
     parser.add_argument("--process-group", required=True)
     parser.add_argument("--timeout", type=float, default=60.0)
+    parser.add_argument("--give-up-at", type=float, default=None, help="epoch seconds by which to give up waiting")
     parser.add_argument("--result-dir", required=True, type=Path)
     parser.add_argument("--cores", default="", help="comma-separated NeuronCore per local rank")
     args = parser.parse_args()
     cores = tuple(int(c) for c in args.cores.split(",") if c)
-    run_rank(args.device, args.process_group, args.timeout, args.result_dir, cores)
+    run_rank(args.device, args.process_group, args.timeout, args.result_dir, cores, args.give_up_at)
 
 
 if __name__ == "__main__":

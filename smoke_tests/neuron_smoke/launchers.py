@@ -67,11 +67,19 @@ def rank_timeout(job: RankJob) -> float:
     return max(1.0, job.timeout_s / 2)
 
 
+def give_up_at(job: RankJob) -> float:
+    """The wall-clock time (epoch seconds) by which a rank gives up waiting, however slowly it started (a loaded
+    host can take most of the budget to import torch): a margin before the launch's deadline, so that it still
+    records why and exits before the launcher kills what is left."""
+    return time.time() + job.timeout_s - max(2.0, job.timeout_s * 0.2)
+
+
 def worker_args(job: RankJob) -> list[str]:
     cores = ["--cores", ",".join(map(str, job.cores))] if job.cores else []
     return [
         "--device", job.device, "--process-group", job.process_group,
-        "--timeout", str(rank_timeout(job)), "--result-dir", str(job.result_dir), *cores,
+        "--timeout", str(rank_timeout(job)), "--give-up-at", f"{give_up_at(job):.3f}",
+        "--result-dir", str(job.result_dir), *cores,
     ]  # fmt: skip
 
 
@@ -144,7 +152,8 @@ class ForkLauncher:
         self._used = True
         payload = {
             "nproc": job.nproc, "device": job.device, "process_group": job.process_group,
-            "timeout_s": rank_timeout(job), "result_dir": str(job.result_dir), "port": _free_port(),
+            "timeout_s": rank_timeout(job), "give_up_at": give_up_at(job), "result_dir": str(job.result_dir),
+            "port": _free_port(),
             "cores": list(job.cores),
         }  # fmt: skip
         try:
@@ -352,7 +361,7 @@ def _fork_rank(rank: int, job: dict[str, object]) -> int:
 
         collective_worker.run_rank(
             str(job["device"]), str(job["process_group"]), float(str(job["timeout_s"])), Path(str(job["result_dir"])),
-            _job_cores(job),
+            _job_cores(job), give_up_at=float(str(job["give_up_at"])),
         )  # fmt: skip
         code = 0
     except BaseException:
