@@ -132,11 +132,13 @@ CUDA = Backend(
     missing_help="Check with `nvidia-smi`; in a container run with `--gpus all` and the NVIDIA container toolkit.",
 )
 
-# aot_eager: Dynamo and AOT Autograd as on Neuron, without needing a C++ compiler or Inductor's compile time.
+# Dynamo and AOT Autograd (forward and backward graphs) as on Neuron, without a C++ compiler or Inductor: torch's
+# aot_eager with the default partitioner. Plain aot_eager's min-cut partitioner imports Inductor's pattern matcher,
+# which doubled the compile (5.4 against 2.6 CPU seconds for the default model's training step, on torch 2.13).
 CPU = Backend(
     name="cpu",
     device_type="cpu",
-    compile_backend="aot_eager",
+    compile_backend="aot_eager_default_partitioner",
     process_group="gloo",
     throughput_dtype=torch.float32,
     throughput_size=1024,

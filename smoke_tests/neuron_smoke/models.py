@@ -87,7 +87,8 @@ class TransformerBlock(nn.Module):
         return logits
 
 
-def default_spec() -> ModelSpec:
+def default_factory() -> tuple[nn.Module, tuple[torch.Tensor, ...], LossFn]:
+    """The default model as a `--model` factory (`neuron_smoke.models:default_factory`), seeded."""
     torch.manual_seed(0)
     model = TransformerBlock()
     gen = torch.Generator().manual_seed(1)
@@ -97,8 +98,12 @@ def default_spec() -> ModelSpec:
     def loss_fn(logits: torch.Tensor) -> torch.Tensor:
         return nn.functional.cross_entropy(logits.float(), target.to(logits.device))
 
-    name = "TransformerBlock (default)"
-    return ModelSpec(model, (inputs,), {}, loss_fn, name, autocast=(torch.bfloat16,))
+    return model, (inputs,), loss_fn
+
+
+def default_spec() -> ModelSpec:
+    model, args, loss_fn = default_factory()
+    return ModelSpec(model, args, {}, loss_fn, "TransformerBlock (default)", autocast=(torch.bfloat16,))
 
 
 def mean_square_loss(output: Any) -> torch.Tensor:
