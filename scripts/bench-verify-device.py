@@ -27,7 +27,7 @@ HERE = Path(__file__).resolve().parent
 BASELINE = "import torch; a = torch.randn(1024, 1024); b = torch.randn(1024, 1024); (a @ b).sum().item()"
 SIM_SITE = HERE.parent / "tests" / "simdevice" / "site"
 # The simulated device computes on the host: a small throughput size and its own (tiny) peak.
-SIM_ARGS = ["--device", "neuron", "--throughput-size", "256", "--peak-tflops", "0.001", "--expected-devices", "2"]
+SIM_ARGS = ["--device", "neuron", "--throughput-size", "256", "--peak-tflops", "0.001", "--expected-devices", "8"]
 
 
 def timed(cmd: list[str], env: dict[str, str], cpu: list[float] | None = None) -> tuple[float, int]:
@@ -54,11 +54,22 @@ def failed_stages(cmd: list[str], env: dict[str, str]) -> tuple[float, list[str]
 
 
 def sim_env(env: dict[str, str], tmp: Path) -> dict[str, str]:
+    """As tests/smoke/conftest.py's sim_env: two device nodes (8 NeuronCores at LNC=2), every runtime rule on, a
+    runtime folder and compile cache of the benchmark's own (shared by its runs, as on a host)."""
     dev = tmp / "dev"
     dev.mkdir(exist_ok=True)
     for i in range(2):
         (dev / f"neuron{i}").touch()
-    return {**env, "PYTHONPATH": str(SIM_SITE), "NEURON_SMOKE_DEV_GLOB": str(dev / "neuron*")}
+    return {
+        **env,
+        "PYTHONPATH": str(SIM_SITE),
+        "NEURON_SMOKE_DEV_GLOB": str(dev / "neuron*"),
+        "NEURON_SIM_DEV_DIR": str(dev),
+        "NEURON_SIM_RUNTIME_DIR": str(tmp / "neuron-runtime"),
+        "TORCH_NEURONX_NEFF_CACHE_DIR": str(tmp / "neff-cache"),
+        "NEURON_SMOKE_CONTAINER": "0",
+        "PATH": f"{SIM_SITE.parent / 'bin'}{os.pathsep}{env.get('PATH', '')}",  # its neuron-ls
+    }
 
 
 def clean_runs(label: str, n: int, cmd: list[str], env: dict[str, str]) -> int:
