@@ -76,9 +76,9 @@ def main() -> int:
 
     line("cold first call (new process, empty cache)", "cold_first_call_s", "s")
     line("warm-cache first call (new process)", "warm_first_call_s", "s")
-    line("first call in verify-device's own process", "first_call_s", "s")
-    line("steady state (compiled, per call)", "steady_median_ms", "ms")
-    line("eager (per call)", "eager_median_ms", "ms")
+    line("first call in verify-device (training step)", "first_call_s", "s")
+    line("steady state (compiled forward, per call)", "steady_median_ms", "ms")
+    line("eager (forward, per call)", "eager_median_ms", "ms")
     hits, stored = [r["warm_cache_hit"] for r in runs], [r["cache_entries_stored"] for r in runs]
     print(f"warm run hit the cache: {hits}; artifacts the cold run stored: {stored}")
     return 0

@@ -55,6 +55,20 @@ class Backend:
         return None
 
 
+# Trainium2, dense, per chip (AWS Trainium2 architecture page; NEURON-FACTS section 13), 8 physical NeuronCores per
+# chip: a logical device (LNC=2, the default) has a quarter of it, at LNC=1 an eighth. Trainium3's figures are not in
+# the sources we could read; Trainium2's serve as the floor's reference on every Neuron device.
+TRN2_CHIP_PEAK_TFLOPS = {"bfloat16": 667.0, "float32": 181.0}
+TRN2_CORES_PER_CHIP = 8
+
+
+def neuron_device_peak(dtype: torch.dtype) -> float | None:
+    """Documented peak TFLOP/s of one logical Neuron device (Trainium2) at the LNC in effect."""
+    chip = TRN2_CHIP_PEAK_TFLOPS.get(str(dtype).removeprefix("torch."))
+    lnc = 1 if os.environ.get("NEURON_LOGICAL_NC_CONFIG", "2").strip() == "1" else 2
+    return None if chip is None else chip * lnc / TRN2_CORES_PER_CHIP
+
+
 def _neuron_instance_devices() -> dict[str, int]:
     """Logical devices per instance type at the default LNC, rendered from constraints/matrix.toml."""
     facts = json.loads((Path(__file__).with_name("neuron_instances.json")).read_text(encoding="utf-8"))
@@ -85,8 +99,7 @@ NEURON = Backend(
     dev_glob_env="NEURON_SMOKE_DEV_GLOB",
     # Only documented counts: an instance type without one is reported, not failed (see the matrix's notes).
     devices_per_instance=_neuron_instance_devices(),
-    # Trainium2 peak per logical core is not in the sources we could read; pass --peak-tflops to get a percentage.
-    peak_tflops={},
+    peak_tflops={},  # per logical device, from the LNC in effect: neuron_device_peak()
     missing_help=NEURON_MISSING_HELP,
 )
 
@@ -119,11 +132,13 @@ CUDA = Backend(
     missing_help="Check with `nvidia-smi`; in a container run with `--gpus all` and the NVIDIA container toolkit.",
 )
 
-# aot_eager: Dynamo and AOT Autograd as on Neuron, without needing a C++ compiler or Inductor's compile time.
+# Dynamo and AOT Autograd (forward and backward graphs) as on Neuron, without a C++ compiler or Inductor: torch's
+# aot_eager with the default partitioner. Plain aot_eager's min-cut partitioner imports Inductor's pattern matcher,
+# which doubled the compile (5.4 against 2.6 CPU seconds for the default model's training step, on torch 2.13).
 CPU = Backend(
     name="cpu",
     device_type="cpu",
-    compile_backend="aot_eager",
+    compile_backend="aot_eager_default_partitioner",
     process_group="gloo",
     throughput_dtype=torch.float32,
     throughput_size=1024,
@@ -133,10 +148,11 @@ BACKENDS: dict[str, Backend] = {b.name: b for b in (NEURON, CUDA, CPU)}
 
 
 def resolve(requested: str) -> Backend:
-    """`auto` picks neuron when its device files exist and torch_neuronx imports, then cuda, then cpu."""
+    """`auto` picks neuron whenever Neuron device files exist (without torch_neuronx the environment stage then fails
+    saying so: testing the CPU of a Trainium host would pass for the wrong reason), then cuda, then cpu."""
     if requested != "auto":
         return BACKENDS[requested]
-    if NEURON.device_nodes() and importlib.util.find_spec("torch_neuronx") is not None:
+    if NEURON.device_nodes():
         return NEURON
     if torch.cuda.is_available():
         return CUDA

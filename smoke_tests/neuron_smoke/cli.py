@@ -12,12 +12,19 @@ from neuron_smoke import EXIT_USAGE, output
 from neuron_smoke.context import STAGE_NAMES, Options
 from neuron_smoke.errors import UsageError
 from neuron_smoke.launchers import LAUNCHERS, Launcher
+from neuron_smoke.model_contract import CONTRACT
 from neuron_smoke.results import Report
 
-EPILOG = """exit codes: 0 all checks passed (skips allowed), 1 a check failed (or timed out),
+EPILOG = (
+    """exit codes: 0 all checks passed (skips allowed), 1 a check failed (or timed out),
 2 usage error, 3 the requested device is not present.
 env: NEURON_SMOKE_DEVICE (default --device), NEURON_TORCH_CELL_FILE (pins), NEURON_SMOKE_IMDS=0 (no IMDS lookup),
-NEURON_SMOKE_DEV_GLOB (where to look for Neuron device files, default /dev/neuron*)."""
+NEURON_SMOKE_DEV_GLOB (where to look for Neuron device files, default /dev/neuron*).
+--model contract: """
+    + CONTRACT
+    + """; a factory that breaks it
+is a usage error (exit 2). Both sides of the comparison run with dropout disabled and the same seed."""
+)
 
 
 def _csv(value: str) -> list[str]:
@@ -63,7 +70,23 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--peak-tflops", type=_positive(float), help="device peak TFLOP/s for the throughput dtype")
     p.add_argument("--compile-backend", help="override the backend table's torch.compile backend")
     p.add_argument("--matmul-tolerance-scale", type=_positive(float), default=1.0, help="multiplies the bound (1)")
-    p.add_argument("--model-rtol", type=_positive(float), default=1e-3, help="model/compile normwise rtol (1e-3)")
+    p.add_argument(
+        "--model-rtol",
+        type=_positive(float),
+        help="model/compile normwise rtol (default: from the dtype computed and the reduction size)",
+    )
+    p.add_argument(
+        "--strict-fp32",
+        action="store_true",
+        help="fail float32 matmuls computed at bfloat16 precision (neuronx-cc's auto-cast default otherwise passes)",
+    )
+    p.add_argument(
+        "--throughput-floor",
+        type=float,
+        default=10.0,
+        metavar="PERCENT",
+        help="on neuron, fail throughput under this percent of the documented peak (10; 0 turns it off)",
+    )
     p.add_argument("--nproc", type=int, default=2, help="ranks for the collectives stage (2)")
     p.add_argument(
         "--launcher",
@@ -84,6 +107,8 @@ def parse_options(argv: Sequence[str] | None) -> tuple[Options, argparse.Namespa
         raise UsageError(f"--stages: unknown stage(s) {', '.join(unknown)}; known: {', '.join(STAGE_NAMES)}")
     if args.nproc < 2:
         raise UsageError("--nproc must be at least 2")
+    if not 0 <= args.throughput_floor < 100:
+        raise UsageError(f"--throughput-floor must be a percentage in [0, 100): {args.throughput_floor:g}")
     from neuron_smoke.cells import load_cell
 
     cell, source = load_cell(args.cell_file, args.cell)
@@ -104,6 +129,8 @@ def parse_options(argv: Sequence[str] | None) -> tuple[Options, argparse.Namespa
         compile_backend=args.compile_backend,
         matmul_tolerance_scale=args.matmul_tolerance_scale,
         model_rtol=args.model_rtol,
+        strict_fp32=args.strict_fp32,
+        throughput_floor=args.throughput_floor,
         nproc=args.nproc,
         launcher=args.launcher,
     )
@@ -166,7 +193,7 @@ def _run(options: Options, args: argparse.Namespace, launcher: Launcher | None) 
     from neuron_smoke.suite import run_suite
 
     output.print_header(options.device, resolve(options.device).name, torch.__version__)
-    report = run_suite(options, spec, output.print_stage, launcher)
+    report = run_suite(options, spec, output.print_stage, launcher, lambda partial: _write(partial, args))
     output.print_footer(report)
     _write(report, args)
     return report.exit_code

@@ -10,6 +10,7 @@ import argparse
 import json
 import os
 import sys
+import time
 from datetime import timedelta
 from pathlib import Path
 
@@ -32,8 +33,15 @@ from neuron_smoke.backends import BACKENDS  # noqa: E402
 
 
 def run_rank(
-    device_name: str, process_group: str, timeout_s: float, result_dir: Path, cores: tuple[int, ...] = ()
+    device_name: str,
+    process_group: str,
+    timeout_s: float,
+    result_dir: Path,
+    cores: tuple[int, ...] = (),
+    give_up_at: float | None = None,
 ) -> None:
+    """`timeout_s` bounds the rendezvous and the collective; `give_up_at` (epoch seconds), when given, shortens it so
+    that a rank that started late still gives up, and says so, before its launcher's deadline."""
     backend = BACKENDS[device_name]
     torch.set_num_threads(1)
     rank, world, local = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"]), int(os.environ["LOCAL_RANK"])
@@ -48,21 +56,37 @@ def run_rank(
     device = torch.device("cpu") if backend.device_type == "cpu" else torch.device(backend.device_type, index)
     if backend.device_type != "cpu":
         torch.accelerator.set_device_index(index)
-    dist.init_process_group(
-        backend=process_group,
-        init_method="env://",
-        rank=rank,
-        world_size=world,
-        timeout=timedelta(seconds=timeout_s),
-    )
+    if give_up_at is not None:
+        timeout_s = max(1.0, min(timeout_s, give_up_at - time.time()))
+    phase = "init_process_group"
     try:
+        dist.init_process_group(
+            backend=process_group,
+            init_method="env://",
+            rank=rank,
+            world_size=world,
+            timeout=timedelta(seconds=timeout_s),
+        )
+        phase = "all_reduce"
         value = torch.tensor([float(rank + 1)], device=device)
         dist.all_reduce(value, op=dist.ReduceOp.SUM)
         # One file per rank: the ranks' stdout interleaves, so printed results can be garbled.
-        result = {"rank": rank, "world_size": world, "value": value.cpu().item()}
-        (result_dir / f"rank-{rank}.json").write_text(json.dumps(result))
+        _record(result_dir, rank, world_size=world, value=value.cpu().item())
+    except Exception as exc:
+        # A rank that gives up (its collective timed out waiting for a peer) says so; a rank that hangs or dies
+        # writes nothing, and the stage names it as the one that did not answer.
+        _record(result_dir, rank, world_size=world, phase=phase, error=f"{type(exc).__name__}: {exc}"[:500])
+        raise
     finally:
-        dist.destroy_process_group()
+        if dist.is_initialized():
+            dist.destroy_process_group()
+
+
+def _record(result_dir: Path, rank: int, **fields: object) -> None:
+    path = result_dir / f"rank-{rank}.json"
+    partial = path.with_suffix(".tmp")
+    partial.write_text(json.dumps({"rank": rank, **fields}))
+    partial.replace(path)  # whole or absent, never half-written
 
 
 def main() -> None:
@@ -70,11 +94,12 @@ def main() -> None:
     parser.add_argument("--device", required=True, choices=sorted(BACKENDS))
     parser.add_argument("--process-group", required=True)
     parser.add_argument("--timeout", type=float, default=60.0)
+    parser.add_argument("--give-up-at", type=float, default=None, help="epoch seconds by which to give up waiting")
     parser.add_argument("--result-dir", required=True, type=Path)
     parser.add_argument("--cores", default="", help="comma-separated NeuronCore per local rank")
     args = parser.parse_args()
     cores = tuple(int(c) for c in args.cores.split(",") if c)
-    run_rank(args.device, args.process_group, args.timeout, args.result_dir, cores)
+    run_rank(args.device, args.process_group, args.timeout, args.result_dir, cores, args.give_up_at)
 
 
 if __name__ == "__main__":

@@ -34,18 +34,18 @@ def main() -> None:
     parser.add_argument("--device", required=True, choices=sorted(BACKENDS))
     parser.add_argument("--backend", required=True)
     parser.add_argument("--model", default=None)
-    args = parser.parse_args()
-    backend = BACKENDS[args.device]
+    opts = parser.parse_args()
+    backend = BACKENDS[opts.device]
     backend.import_module()
-    spec = models.load(args.model)
+    spec = models.load(opts.model)
     model = spec.model.to(backend.device_type).eval()
-    inputs = tuple(x.to(backend.device_type) for x in spec.inputs)
-    compiled = torch.compile(model, backend=args.backend, dynamic=False)
+    args, kwargs = spec.inputs_on(backend.device_type)
+    compiled = torch.compile(model, backend=opts.backend, dynamic=False)
     cache = Path(os.environ[CACHE_ENV])
     before = cache_entries(cache)
     with torch.no_grad():
         start = time.perf_counter()
-        compiled(*inputs)
+        compiled(*args, **kwargs)
         backend.synchronize()
         first = time.perf_counter() - start
     print(json.dumps({"first_call_s": first, "entries_before": before, "entries_after": cache_entries(cache)}))

@@ -12,6 +12,7 @@ if TYPE_CHECKING:  # importing this module (and so parsing options) must not nee
     from neuron_smoke.launchers import Launcher
 
 STAGE_NAMES = tuple(STAGE_TITLES)
+DEFAULT_EAGER_RTOL = 1e-3
 
 
 @dataclass
@@ -31,7 +32,9 @@ class Options:
     peak_tflops: float | None = None
     compile_backend: str | None = None
     matmul_tolerance_scale: float = 1.0
-    model_rtol: float = 1e-3
+    model_rtol: float | None = None  # None: from the dtype computed and the reduction size (numerics.model_rtol)
+    strict_fp32: bool = False
+    throughput_floor: float = 10.0  # percent of the documented peak
     nproc: int = 2
     launcher: str = "fork"
 
@@ -44,9 +47,14 @@ class StageLog:
     failures: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
     summary: str = ""
+    # Failures that fail the run but do not stop the stages that need this one (e.g. an unrelated `pip check` problem).
+    advisories: list[str] = field(default_factory=list)
 
     def fail(self, message: str) -> None:
         self.failures.append(message)
+
+    def fail_nonblocking(self, message: str) -> None:
+        self.advisories.append(message)
 
     def note(self, message: str) -> None:
         self.notes.append(message)
@@ -68,3 +76,7 @@ class Context:
 
     def compile_backend(self) -> str:
         return self.options.compile_backend or self.backend.compile_backend
+
+    def eager_rtol(self) -> float:
+        """The bound for compiled vs eager on the device: --model-rtol, else the model stage's float32 bound."""
+        return self.options.model_rtol or float(self.shared.get("model_rtol", DEFAULT_EAGER_RTOL))

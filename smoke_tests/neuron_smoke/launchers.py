@@ -14,6 +14,7 @@ Both return the exit status of the ranks and their output; the ranks write their
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import select
@@ -60,12 +61,31 @@ class Launcher(Protocol):
     def close(self) -> None: ...
 
 
+def rank_timeout(job: RankJob) -> float:
+    """A rank's own collective timeout: half the launch's, so that a rank waiting on a hung peer gives up and exits
+    first, and the ranks still running at the deadline are the ones that did not answer."""
+    return max(1.0, job.timeout_s / 2)
+
+
+def give_up_at(job: RankJob) -> float:
+    """The wall-clock time (epoch seconds) by which a rank gives up waiting, however slowly it started (a loaded
+    host can take most of the budget to import torch): a margin before the launch's deadline, so that it still
+    records why and exits before the launcher kills what is left."""
+    return time.time() + job.timeout_s - max(2.0, job.timeout_s * 0.2)
+
+
 def worker_args(job: RankJob) -> list[str]:
     cores = ["--cores", ",".join(map(str, job.cores))] if job.cores else []
     return [
         "--device", job.device, "--process-group", job.process_group,
-        "--timeout", str(job.timeout_s), "--result-dir", str(job.result_dir), *cores,
+        "--timeout", str(rank_timeout(job)), "--give-up-at", f"{give_up_at(job):.3f}",
+        "--result-dir", str(job.result_dir), *cores,
     ]  # fmt: skip
+
+
+def unanswered(ranks: list[int]) -> str:
+    listed = ", ".join(str(r) for r in ranks) if ranks else "none identified"
+    return f"\nranks that did not answer by the deadline (killed): {listed}"
 
 
 class TorchrunLauncher:
@@ -87,9 +107,14 @@ class TorchrunLauncher:
         try:
             output, _ = proc.communicate(timeout=deadline_s)
         except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
+            # torchrun starts each worker in a session of its own: killing torchrun's group would leave them running.
+            tree = _descendants(proc.pid)
+            hung = sorted({r for r in map(_rank_of, tree) if r is not None})
+            for pid in (proc.pid, *tree):
+                _kill(pid)
             output, _ = proc.communicate()
-            return LaunchResult(-signal.SIGKILL, output, " ".join(cmd), timed_out=True)
+            _wait_gone(tree, KILL_GRACE_S)
+            return LaunchResult(-signal.SIGKILL, output + unanswered(hung), " ".join(cmd), timed_out=True)
         return LaunchResult(proc.returncode, output, " ".join(cmd))
 
     def close(self) -> None:
@@ -127,7 +152,8 @@ class ForkLauncher:
         self._used = True
         payload = {
             "nproc": job.nproc, "device": job.device, "process_group": job.process_group,
-            "timeout_s": job.timeout_s, "result_dir": str(job.result_dir), "port": _free_port(),
+            "timeout_s": rank_timeout(job), "give_up_at": give_up_at(job), "result_dir": str(job.result_dir),
+            "port": _free_port(),
             "cores": list(job.cores),
         }  # fmt: skip
         try:
@@ -136,8 +162,9 @@ class ForkLauncher:
             return LaunchResult(1, _launcher_died(self.pid), command)
         reply = _read_reply(self._reply, deadline_s)
         if reply is None:
+            hung = [r for r in range(job.nproc) if not (job.result_dir / f"rank-{r}.exit").exists()]
             self._kill()
-            return LaunchResult(-signal.SIGKILL, _rank_logs(job), command, timed_out=True)
+            return LaunchResult(-signal.SIGKILL, _rank_logs(job) + unanswered(hung), command, timed_out=True)
         if not reply:
             return LaunchResult(1, _launcher_died(self.pid), command)
         codes: list[int] = json.loads(reply)["returncodes"]
@@ -235,7 +262,7 @@ def _serve(request_fd: int, reply_fd: int) -> None:
 
             signal.signal(signal.SIGTERM, kill_ranks)
             pids.extend(_fork_rank(rank, job) for rank in range(job["nproc"]))
-            codes = [os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1]) for pid in pids]
+            codes = _wait_ranks(pids, Path(str(job["result_dir"])))
             os.write(reply_fd, (json.dumps({"returncodes": codes}) + "\n").encode())
     except BaseException:
         traceback.print_exc()
@@ -247,6 +274,70 @@ def _serve(request_fd: int, reply_fd: int) -> None:
 def _job_cores(job: dict[str, object]) -> tuple[int, ...]:
     cores = job.get("cores")
     return tuple(int(c) for c in cores) if isinstance(cores, list) else ()
+
+
+def _wait_ranks(pids: list[int], result_dir: Path) -> list[int]:
+    """Exit codes in rank order; each rank's is also written (rank-N.exit) as it exits, so that at a deadline the
+    ranks still running, the ones that did not answer, can be named."""
+    codes: dict[int, int] = {}
+    while len(codes) < len(pids):
+        pid, status = os.wait()
+        if pid in pids:
+            rank = pids.index(pid)
+            codes[rank] = os.waitstatus_to_exitcode(status)
+            (result_dir / f"rank-{rank}.exit").write_text(str(codes[rank]))
+    return [codes[r] for r in range(len(pids))]
+
+
+def _descendants(root: int) -> list[int]:
+    """Every process below `root`, from /proc (Linux), children before grandchildren."""
+    children: dict[int, list[int]] = {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            stat = Path(f"/proc/{entry}/stat").read_text()
+        except OSError:
+            continue
+        ppid = int(stat.rsplit(")", 1)[1].split()[1])
+        children.setdefault(ppid, []).append(int(entry))
+    out: list[int] = []
+    todo = [root]
+    while todo:
+        for child in children.get(todo.pop(0), []):
+            out.append(child)
+            todo.append(child)
+    return out
+
+
+def _rank_of(pid: int) -> int | None:
+    try:
+        environ = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
+    except OSError:
+        return None
+    for item in environ:
+        if item.startswith(b"RANK="):
+            return int(item[5:])
+    return None
+
+
+def _kill(pid: int) -> None:
+    with contextlib.suppress(ProcessLookupError):
+        os.kill(pid, signal.SIGKILL)
+
+
+def _wait_gone(pids: list[int], seconds: float) -> None:
+    """Waits for processes that are not our children (reparented workers) to disappear (or become zombies)."""
+    end = time.monotonic() + seconds
+    for pid in pids:
+        while time.monotonic() < end:
+            try:
+                state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+            except OSError:
+                break
+            if state == "Z":
+                break
+            time.sleep(0.02)
 
 
 def _fork_rank(rank: int, job: dict[str, object]) -> int:
@@ -270,7 +361,7 @@ def _fork_rank(rank: int, job: dict[str, object]) -> int:
 
         collective_worker.run_rank(
             str(job["device"]), str(job["process_group"]), float(str(job["timeout_s"])), Path(str(job["result_dir"])),
-            _job_cores(job),
+            _job_cores(job), give_up_at=float(str(job["give_up_at"])),
         )  # fmt: skip
         code = 0
     except BaseException:

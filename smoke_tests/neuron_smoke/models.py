@@ -1,8 +1,10 @@
 """The default model for stages 4-6 and loading a user's model (`--model package.module:factory`).
 
-A factory takes no arguments and returns `(model, example_inputs)` or `(model, example_inputs, loss_fn)`:
-example_inputs is a tensor or a tuple of tensors (on the CPU); loss_fn maps the model's output to a scalar tensor.
-Without loss_fn the loss is the mean square of every floating-point tensor in the output.
+CONTRACT (also in `--help`): the factory takes no arguments and returns `(model, inputs)` or
+`(model, inputs, loss_fn)`. `model` is a torch.nn.Module; `inputs` is a CPU tensor, a tuple or list of positional
+arguments, or a dict of keyword arguments, whose leaves are tensors (nested tuples, lists and dicts allowed);
+`loss_fn(output)` returns a scalar tensor. Without loss_fn the loss is the mean square of every floating-point
+tensor in the output (which may be a tensor, or a tuple, list or dict of them).
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ from torch import nn
 from torch.utils import _pytree as pytree
 
 from neuron_smoke.errors import UsageError
-from neuron_smoke.examples.classification import classification
+from neuron_smoke.model_contract import CONTRACT
 
 LossFn = Callable[[Any], torch.Tensor]
 
@@ -25,35 +27,89 @@ LossFn = Callable[[Any], torch.Tensor]
 @dataclass
 class ModelSpec:
     model: nn.Module
-    inputs: tuple[torch.Tensor, ...]
+    args: tuple[Any, ...]
+    kwargs: dict[str, Any]
     loss_fn: LossFn
     name: str
+    # Extra runs under torch.autocast on the device, compared with the float32 CPU reference (the default model).
+    autocast: tuple[torch.dtype, ...] = ()
+
+    def inputs_on(self, device: str) -> tuple[tuple[Any, ...], dict[str, Any]]:
+        def move(t: Any) -> Any:
+            return t.to(device) if isinstance(t, torch.Tensor) else t
+
+        return pytree.tree_map(move, self.args), pytree.tree_map(move, self.kwargs)
+
+    def input_leaves(self) -> list[torch.Tensor]:
+        """Every input tensor, positional first, in a fixed order (a fingerprint's and the shape sweep's view)."""
+        return [t for t in pytree.tree_leaves((self.args, self.kwargs)) if isinstance(t, torch.Tensor)]
 
 
-class TinyBlock(nn.Module):
-    """A pre-norm transformer-style block (attention-free): LayerNorm, MLP with GELU, residual, classifier head."""
+class TransformerBlock(nn.Module):
+    """A small causal language model: token embedding, one pre-norm block with multi-head attention written out
+    (bmm, scaled masked softmax, bmm) and a GELU MLP, residuals, a final layer norm and the vocabulary head."""
 
-    def __init__(self, width: int = 64, hidden: int = 256, classes: int = 10) -> None:
+    def __init__(self, vocab: int = 256, width: int = 128, heads: int = 4, hidden: int = 512, seq: int = 32) -> None:
         super().__init__()
-        self.norm = nn.LayerNorm(width)
+        self.heads = heads
+        self.embed = nn.Embedding(vocab, width)
+        self.pos = nn.Parameter(torch.randn(seq, width) * 0.02)
+        self.norm1 = nn.LayerNorm(width)
+        self.qkv = nn.Linear(width, 3 * width)
+        self.proj = nn.Linear(width, width)
+        self.norm2 = nn.LayerNorm(width)
         self.up = nn.Linear(width, hidden)
         self.down = nn.Linear(hidden, width)
-        self.head = nn.Linear(width, classes)
+        self.norm_out = nn.LayerNorm(width)
+        self.head = nn.Linear(width, vocab)
+        self.mask: torch.Tensor
+        self.register_buffer("mask", torch.ones(seq, seq).triu(1).bool(), persistent=False)
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        x = x + self.down(nn.functional.gelu(self.up(self.norm(x))))
-        out: torch.Tensor = self.head(x)
+    def attention(self, h: torch.Tensor) -> torch.Tensor:
+        b, t, c = h.shape
+        d = c // self.heads
+        # Linear layers see 2-D input, so each runs as addmm, as most models' projections do.
+        qkv = self.qkv(h.reshape(b * t, c)).reshape(b, t, 3, self.heads, d).permute(2, 0, 3, 1, 4)
+        q, k, v = (x.reshape(b * self.heads, t, d) for x in qkv)
+        scores = torch.bmm(q, k.transpose(1, 2)) * d**-0.5
+        weights = scores.masked_fill(self.mask[:t, :t], float("-inf")).softmax(dim=-1)
+        y = torch.bmm(weights, v).reshape(b, self.heads, t, d).permute(0, 2, 1, 3).reshape(b * t, c)
+        out: torch.Tensor = self.proj(y).reshape(b, t, c)
         return out
+
+    def forward(self, tokens: torch.Tensor) -> torch.Tensor:
+        b, t = tokens.shape
+        x = self.embed(tokens) + self.pos[:t]
+        x = x + self.attention(self.norm1(x))
+        flat = self.norm2(x).reshape(b * t, -1)
+        x = x + self.down(nn.functional.gelu(self.up(flat))).reshape(x.shape)
+        logits: torch.Tensor = self.head(self.norm_out(x).reshape(b * t, -1))
+        return logits
 
 
 def default_factory() -> tuple[nn.Module, tuple[torch.Tensor, ...], LossFn]:
-    return classification(TinyBlock, batch=32, width=64)
+    """The default model as a `--model` factory (`neuron_smoke.models:default_factory`), seeded."""
+    torch.manual_seed(0)
+    model = TransformerBlock()
+    gen = torch.Generator().manual_seed(1)
+    tokens = torch.randint(0, 256, (4, 33), generator=gen)
+    inputs, target = tokens[:, :-1].contiguous(), tokens[:, 1:].reshape(-1)
+
+    def loss_fn(logits: torch.Tensor) -> torch.Tensor:
+        return nn.functional.cross_entropy(logits.float(), target.to(logits.device))
+
+    return model, (inputs,), loss_fn
+
+
+def default_spec() -> ModelSpec:
+    model, args, loss_fn = default_factory()
+    return ModelSpec(model, args, {}, loss_fn, "TransformerBlock (default)", autocast=(torch.bfloat16,))
 
 
 def mean_square_loss(output: Any) -> torch.Tensor:
     leaves = [t for t in pytree.tree_leaves(output) if isinstance(t, torch.Tensor) and t.is_floating_point()]
     if not leaves:
-        raise UsageError("the model's output has no floating-point tensor to build a loss from; return a loss_fn")
+        raise UsageError(f"the model's output has no floating-point tensor to build a loss from; {CONTRACT}")
     total = leaves[0].float().pow(2).mean()
     for t in leaves[1:]:
         total = total + t.float().pow(2).mean()
@@ -62,18 +118,62 @@ def mean_square_loss(output: Any) -> torch.Tensor:
 
 def load(spec: str | None) -> ModelSpec:
     if spec is None:
-        model, inputs, loss_fn = default_factory()
-        return ModelSpec(model, inputs, loss_fn, "TinyBlock (default)")
+        return default_spec()
     factory = resolve_factory(spec)
-    made = factory()
+    try:
+        made = factory()
+    except Exception as exc:
+        raise UsageError(f"--model {spec}: the factory raised {type(exc).__name__}: {exc}") from exc
     if not isinstance(made, tuple) or len(made) not in (2, 3):
-        raise UsageError(f"--model {spec}: the factory must return (model, inputs) or (model, inputs, loss_fn)")
+        raise UsageError(f"--model {spec}: the factory returned {type(made).__name__}; {CONTRACT}")
     model, inputs = made[0], made[1]
     if not isinstance(model, nn.Module):
-        raise UsageError(f"--model {spec}: the factory's first item is not a torch.nn.Module")
-    inputs = (inputs,) if isinstance(inputs, torch.Tensor) else tuple(inputs)
+        raise UsageError(
+            f"--model {spec}: the first item is a {type(model).__name__}, not a torch.nn.Module; {CONTRACT}"
+        )
+    args, kwargs = _split_inputs(spec, inputs)
     loss_fn = made[2] if len(made) == 3 else mean_square_loss
-    return ModelSpec(model, inputs, loss_fn, spec)
+    if not callable(loss_fn):
+        raise UsageError(f"--model {spec}: loss_fn is a {type(loss_fn).__name__}, not callable; {CONTRACT}")
+    made_spec = ModelSpec(model, args, kwargs, loss_fn, spec)
+    _check_on_cpu(made_spec)
+    return made_spec
+
+
+def _check_on_cpu(spec: ModelSpec) -> None:
+    """One forward and loss on the CPU, so that a broken contract is a usage error before any stage runs."""
+    try:
+        with torch.no_grad():
+            loss = spec.loss_fn(spec.model(*spec.args, **spec.kwargs))
+    except UsageError:
+        raise
+    except Exception as exc:
+        raise UsageError(
+            f"--model {spec.name}: the model or loss_fn fails on the CPU: {type(exc).__name__}: {exc}"
+        ) from exc
+    if not isinstance(loss, torch.Tensor) or loss.numel() != 1 or not loss.is_floating_point():
+        raise UsageError(f"--model {spec.name}: loss_fn did not return a floating-point scalar tensor; {CONTRACT}")
+
+
+def _split_inputs(spec: str, inputs: Any) -> tuple[tuple[Any, ...], dict[str, Any]]:
+    if isinstance(inputs, torch.Tensor):
+        args: tuple[Any, ...] = (inputs,)
+        kwargs: dict[str, Any] = {}
+    elif isinstance(inputs, (tuple, list)):
+        args, kwargs = tuple(inputs), {}
+    elif isinstance(inputs, dict) and all(isinstance(k, str) for k in inputs):
+        args, kwargs = (), dict(inputs)
+    else:
+        raise UsageError(f"--model {spec}: inputs is a {type(inputs).__name__}; {CONTRACT}")
+    leaves = pytree.tree_leaves((args, kwargs))
+    bad = sorted({type(x).__name__ for x in leaves if not isinstance(x, torch.Tensor)})
+    if not leaves or bad:
+        what = f"non-tensor leaves ({', '.join(bad)})" if bad else "no tensor"
+        raise UsageError(f"--model {spec}: inputs hold {what}; {CONTRACT}")
+    on_device = sorted({str(x.device) for x in leaves if x.device.type != "cpu"})
+    if on_device:
+        raise UsageError(f"--model {spec}: inputs are on {', '.join(on_device)}, not the CPU; {CONTRACT}")
+    return args, kwargs
 
 
 def resolve_factory(spec: str) -> Callable[[], Any]:

@@ -19,6 +19,12 @@ from dataclasses import dataclass
 import torch
 
 C_ACC = 4.0
+# Rounding both float32 inputs to bfloat16 (unit roundoff u) perturbs each product a_ik b_kj by at most 2u, with
+# random sign, so the sum is off by about u * sqrt(sum_k (a_ik b_kj)^2) (the probabilistic bound again, as the
+# matmul bound's sqrt(K)); C_CAST = 8 covers the largest of a million such errors (about 5 standard deviations).
+C_CAST = 8.0
+C_MODEL = 8.0
+FUNC_FLOOR = 2.0**-13
 UNIT_ROUNDOFF = {torch.float32: 2.0**-24, torch.bfloat16: 2.0**-8, torch.float16: 2.0**-11, torch.float64: 2.0**-53}
 U_ACC = 2.0**-24
 
@@ -30,6 +36,9 @@ class MatmulError:
     worst_ratio: float  # max over elements of error / bound; <= 1 passes
     tol_rtol: float
     tol_acc: float
+    # float32 inputs only: error / (bound + the error of rounding both inputs to bfloat16); <= 1 means the device
+    # computed at bfloat16 input precision (neuronx-cc's auto-cast default), not wrongly.
+    worst_ratio_bf16_inputs: float | None = None
 
     @property
     def ok(self) -> bool:
@@ -41,33 +50,83 @@ def matmul_tolerance(dtype: torch.dtype, k: int, scale: float = 1.0) -> tuple[fl
     return 2 * UNIT_ROUNDOFF[dtype], scale * C_ACC * math.sqrt(k) * U_ACC
 
 
-def matmul_error(result: torch.Tensor, a: torch.Tensor, b: torch.Tensor, scale: float = 1.0) -> MatmulError:
-    a64, b64 = a.double(), b.double()
-    ref = a64 @ b64
-    magnitude = a64.abs() @ b64.abs()
-    err = (result.double() - ref).abs()
-    u_out, acc = matmul_tolerance(a.dtype, a.shape[-1], scale)
-    bound = u_out * ref.abs() + acc * magnitude
+def _worst_ratio(err: torch.Tensor, bound: torch.Tensor) -> float:
     # A zero bound (all-zero rows) must still allow exact zeros and reject anything else.
     beyond_zero_bound = torch.where(err > 0, math.inf, 0.0)
     ratio = torch.where(bound > 0, err / bound.clamp_min(torch.finfo(torch.float64).tiny), beyond_zero_bound)
-    ratio = torch.nan_to_num(ratio, nan=math.inf)
-    max_abs = float(err.max())
+    return float(torch.nan_to_num(ratio, nan=math.inf).max())
+
+
+def matmul_error(
+    result: torch.Tensor, a: torch.Tensor, b: torch.Tensor, scale: float = 1.0, bias: torch.Tensor | None = None
+) -> MatmulError:
+    """Error of `result` = a @ b (+ bias) against the float64 product of the same inputs, as ratios to the bound."""
+    # Tensors move to the CPU first: .double() on the device would ask it for float64 (which Neuron runs as float32).
+    a64, b64 = a.cpu().double(), b.cpu().double()
+    ref = a64 @ b64
+    magnitude = a64.abs() @ b64.abs()
+    if bias is not None:
+        bias64 = bias.cpu().double()
+        ref = ref + bias64
+        magnitude = magnitude + bias64.abs()
+    err = (result.cpu().double() - ref).abs()
+    u_out, acc = matmul_tolerance(a.dtype, a.shape[-1], scale)
+    bound = u_out * ref.abs() + acc * magnitude
+    worst = _worst_ratio(err, bound)
+    bf16_inputs = None
+    if a.dtype == torch.float32 and worst > 1.0:  # only then is the precision in question
+        spread = ((a64 * a64) @ (b64 * b64)).sqrt()
+        bf16_inputs = _worst_ratio(err, bound + scale * C_CAST * UNIT_ROUNDOFF[torch.bfloat16] * spread)
+    max_abs = float(torch.nan_to_num(err, nan=math.inf).max())
     scale_ref = float(ref.abs().max())
     return MatmulError(
         max_abs=max_abs,
         max_rel=max_abs / scale_ref if scale_ref > 0 else max_abs,
-        worst_ratio=float(ratio.max()),
+        worst_ratio=worst,
         tol_rtol=u_out,
         tol_acc=acc,
+        worst_ratio_bf16_inputs=bf16_inputs,
     )
 
 
 def normwise_error(value: torch.Tensor, reference: torch.Tensor) -> float:
     """max |value - reference| / max |reference| (absolute when the reference is all zeros); NaN counts as inf."""
-    diff = (value.detach().double().cpu() - reference.detach().double().cpu()).abs()
+    ref64 = reference.detach().cpu().double()
+    diff = (value.detach().cpu().double() - ref64).abs()
     if diff.numel() == 0:
         return 0.0
     worst = float(torch.nan_to_num(diff, nan=math.inf).max())
-    scale = float(reference.detach().double().abs().max())
+    scale = float(ref64.abs().max())
     return worst / scale if scale > 0 else worst
+
+
+def nonfinite(value: torch.Tensor, reference: torch.Tensor) -> str | None:
+    """'NaN' or 'Inf' when the value holds one where the reference is finite, else None."""
+    v, r = value.detach().cpu(), reference.detach().cpu()
+    if not v.is_floating_point():
+        return None
+    finite_ref = torch.isfinite(r) if r.is_floating_point() else torch.ones_like(r, dtype=torch.bool)
+    if bool((torch.isnan(v) & finite_ref).any()):
+        return "NaN"
+    if bool((torch.isinf(v) & finite_ref).any()):
+        return "Inf"
+    return None
+
+
+def model_rtol(dtype: torch.dtype, reduction: int, scale: float = 1.0, native: bool = False) -> float:
+    """Normwise bound for a model's outputs, loss, gradients and updated weights computed in `dtype` (the precision
+    the device really computes at) against a float32 CPU reference:
+
+        C_MODEL * (u_dtype + sqrt(K) * u_acc),  at least FUNC_FLOOR
+
+    Rounding operands to `dtype` costs u_dtype per layer; float32 accumulation of the longest reduction K costs
+    sqrt(K) * u_acc (the probabilistic bound of the matmul stage). C_MODEL covers the chain of layers forward and
+    backward: the default model under bfloat16 autocast stays at 1.7 u on the CPU (0.21 of the bound).
+    FUNC_FLOOR (2^-13) leaves float32 room for a device's approximations of exp, tanh and erf, whose accuracy on
+    Trainium is not documented in the sources we could read. A `native` low-precision model (parameters in
+    bfloat16/float16, not autocast) rounds every op's result, the reductions of its backward included, to `dtype`:
+    its accumulation term uses u_dtype instead of u_acc (two healthy implementations of a bfloat16 encoder differ by
+    0.18 in a gradient; the bound at K = 64 is 0.28)."""
+    u = UNIT_ROUNDOFF.get(dtype, U_ACC)
+    u_acc = u if native else U_ACC
+    return scale * max(C_MODEL * (u + math.sqrt(max(reduction, 1)) * u_acc), FUNC_FLOOR)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import sys
 import xml.etree.ElementTree as ET
 from pathlib import Path
@@ -38,8 +39,16 @@ def print_footer(report: Report, stream: TextIO = sys.stdout) -> None:
         print(f"the requested device is not present: {missing[0].message()}", file=stream, flush=True)
 
 
+def _replace(path: Path, data: bytes) -> None:
+    """Write whole or not at all: a temporary file beside `path`, renamed over it (the report is rewritten after
+    every stage, and a reader, or the watchdog's exit, must never see half a file)."""
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    tmp.write_bytes(data)
+    os.replace(tmp, path)
+
+
 def write_json(report: Report, path: Path) -> None:
-    path.write_text(json.dumps(report.to_dict(), indent=2, sort_keys=False, default=str) + "\n")
+    _replace(path, (json.dumps(report.to_dict(), indent=2, sort_keys=False, default=str) + "\n").encode())
 
 
 def write_junit(report: Report, path: Path) -> None:
@@ -70,4 +79,6 @@ def write_junit(report: Report, path: Path) -> None:
             ET.SubElement(case, "skipped", message=stage.reason)
         out = ET.SubElement(case, "system-out")
         out.text = json.dumps({"numbers": stage.numbers, "notes": stage.notes}, default=str)
-    ET.ElementTree(suite).write(path, encoding="utf-8", xml_declaration=True)
+        if stage.hung:
+            case.set("hung", "true")
+    _replace(path, ET.tostring(suite, encoding="utf-8", xml_declaration=True))

@@ -37,6 +37,10 @@ class StageResult:
     notes: list[str] = field(default_factory=list)
     error: str | None = None
     device_missing: bool = False
+    # False when the stage failed only in ways that do not stop the stages that need it (the run still fails).
+    blocking: bool = True
+    # The stage did not finish before its deadline (or the watchdog ended the process while it ran).
+    hung: bool = False
 
     def message(self) -> str:
         """The one line that says why the stage did not pass (or what it found, when it did)."""

@@ -14,8 +14,13 @@ from neuron_smoke.errors import DeviceMissing, Skip
 from neuron_smoke.results import FAIL, PASS, SKIP, StageResult
 
 # If a hung device call holds the GIL, the waiting thread cannot even notice the deadline; this C-level
-# watchdog then ends the process (exit 1) after dumping every thread's stack.
+# watchdog then ends the process (exit 1) after dumping every thread's stack, `hard_grace(timeout)` seconds after the
+# stage's deadline. The report on disk then says so: it is written before each stage with that stage marked hung.
 HARD_DEADLINE_GRACE_S = 30.0
+
+
+def hard_grace(timeout_s: float) -> float:
+    return min(HARD_DEADLINE_GRACE_S, max(2.0, timeout_s))
 
 
 @dataclass(frozen=True)
@@ -45,7 +50,7 @@ def run_stage(stage: Stage, ctx: Context) -> StageResult:
     timeout = ctx.options.timeout_s
     worker = threading.Thread(target=target, name=f"stage-{stage.name}", daemon=True)
     start = time.perf_counter()
-    faulthandler.dump_traceback_later(timeout + HARD_DEADLINE_GRACE_S, exit=True)
+    faulthandler.dump_traceback_later(timeout + hard_grace(timeout), exit=True)
     try:
         worker.start()
         worker.join(timeout)
@@ -55,7 +60,7 @@ def run_stage(stage: Stage, ctx: Context) -> StageResult:
     result.numbers, result.notes, result.summary = log.numbers, log.notes, log.summary
     if worker.is_alive():
         ctx.shared["hung_stage"] = stage.name
-        result.status = FAIL
+        result.status, result.hung = FAIL, True
         result.failures = [*log.failures, f"{stage.name}: timed out after {timeout:g}s (a device call did not return)"]
         return result
     _apply_outcome(result, log, outcome)
@@ -68,14 +73,16 @@ def _apply_outcome(result: StageResult, log: StageLog, outcome: dict[str, BaseEx
         result.status, result.reason = SKIP, str(error)
     elif isinstance(error, DeviceMissing):
         result.status, result.device_missing = FAIL, True
-        result.failures = [*log.failures, str(error)]
+        result.failures = [*log.failures, *log.advisories, str(error)]
     elif error is not None:
         result.status = FAIL
         result.error = str(outcome["trace"])
-        result.failures = [*log.failures, f"{type(error).__name__}: {error}"]
+        first = (str(error).strip().splitlines() or [""])[0]  # the whole message is in the traceback (`error`)
+        result.failures = [*log.failures, *log.advisories, f"{type(error).__name__}: {first}"]
     else:
-        result.status = FAIL if log.failures else PASS
-        result.failures = log.failures
+        result.status = FAIL if log.failures or log.advisories else PASS
+        result.failures = [*log.failures, *log.advisories]
+        result.blocking = bool(log.failures)
 
 
 def _blocked_by(stage: Stage, ctx: Context) -> str:
@@ -86,15 +93,22 @@ def _blocked_by(stage: Stage, ctx: Context) -> str:
         return f"skipped: stage {hung} timed out, the device may be wedged"
     for name in stage.requires:
         prior = ctx.results.get(name)
-        if prior is None or prior.status != PASS:
+        if prior is None or prior.status == SKIP or (prior.status == FAIL and prior.blocking):
             status = "was not run" if prior is None else ("failed" if prior.status == FAIL else "was skipped")
             return f"skipped: stage {name} {status}"
     return ""
 
 
-def run_all(stages: list[Stage], ctx: Context, on_result: Callable[[StageResult], None]) -> list[StageResult]:
+def run_all(
+    stages: list[Stage],
+    ctx: Context,
+    on_result: Callable[[StageResult], None],
+    before: Callable[[Stage], None] | None = None,
+) -> list[StageResult]:
     out = []
     for stage in stages:
+        if before is not None:
+            before(stage)
         result = run_stage(stage, ctx)
         ctx.results[stage.name] = result
         on_result(result)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import tempfile
 from pathlib import Path
+from typing import Any
 
 import torch.distributed as dist
 
@@ -36,11 +37,13 @@ def run(ctx: Context, log: StageLog) -> None:
         job = launchers.RankJob(nproc, backend.name, pg, budget, Path(result_dir), rank_cores)
         launched = launcher.launch(job, budget)
         log.numbers["command"] = launched.command
-        if launched.timed_out:
-            log.fail(f"{launcher.name} all_reduce timed out after {budget:g}s: {_tail(launched.output)}")
-            return
         results = [json.loads(f.read_text()) for f in sorted(Path(result_dir).glob("rank-*.json"))]
         output, returncode = launched.output, launched.returncode
+    if launched.timed_out:
+        log.fail(
+            f"{launcher.name} all_reduce timed out after {budget:g}s{_who(results, nproc)}: {_tail(launched.output)}"
+        )
+        return
     _check(log, output, returncode, nproc, results, launcher.name)
 
 
@@ -59,16 +62,35 @@ def _rank_cores(backend: str, nproc: int) -> tuple[int, ...]:
     return plan.ranks
 
 
+def _who(results: list[dict[str, Any]], nproc: int) -> str:
+    """Which ranks did not answer (no result: hung or killed) and which gave up waiting for them ('' if none)."""
+    reported = {int(r["rank"]) for r in results}
+    silent = [r for r in range(nproc) if r not in reported]
+    waited = sorted(int(r["rank"]) for r in results if r.get("phase") == "all_reduce")
+    words = []
+    if silent:
+        words.append(f"rank {', '.join(map(str, silent))} did not answer")
+    if waited:
+        words.append(f"rank {', '.join(map(str, waited))} gave up waiting")
+    return f" ({'; '.join(words)})" if words else ""
+
+
 def _check(
-    log: StageLog, output: str, returncode: int, nproc: int, results: list[dict[str, float]], launcher: str
+    log: StageLog, output: str, returncode: int, nproc: int, results: list[dict[str, Any]], launcher: str
 ) -> None:
     expected = nproc * (nproc + 1) / 2
+    answered = [r for r in results if "value" in r]
     log.numbers["expected_sum"] = expected
     log.numbers["results"] = sorted(results, key=lambda r: r["rank"])
-    if returncode != 0 or len(results) != nproc:
-        log.fail(f"ranks exited {returncode} with {len(results)}/{nproc} rank results: {_tail(output)}")
+    if returncode != 0 or len(answered) != nproc:
+        errors = sorted({r["error"] for r in results if "error" in r})
+        why = f"; {errors[0]}" if errors else ""
+        log.fail(
+            f"ranks exited {returncode} with {len(answered)}/{nproc} rank results{_who(results, nproc)}{why}: "
+            f"{_tail(output)}"
+        )
         return
-    wrong = [r for r in results if r["value"] != expected]
+    wrong = [r for r in answered if r["value"] != expected]
     for r in wrong:
         log.fail(f"rank {r['rank']}: all_reduce sum {r['value']} != {expected}")
     log.summary = f"all_reduce over {nproc} ranks ({launcher}) = {expected:g} on every rank" if not wrong else ""

@@ -1,4 +1,8 @@
-"""Stage 9: steady-state matmul TFLOP/s, and the percentage of the device's peak where the peak is known."""
+"""Stage 9: steady-state matmul TFLOP/s and the percentage of the device's peak where the peak is known.
+
+On neuron the peak is the documented one of a logical device (backends.neuron_device_peak) unless --peak-tflops
+gives another, and throughput under --throughput-floor percent of it fails: that is a device computing at host speed
+(ops silently running on the CPU), whatever the op tracking says."""
 
 from __future__ import annotations
 
@@ -6,6 +10,7 @@ import statistics
 
 import torch
 
+from neuron_smoke.backends import neuron_device_peak
 from neuron_smoke.context import Context, StageLog
 from neuron_smoke.stage_compile import steady_state
 
@@ -14,6 +19,14 @@ def device_name(ctx: Context) -> str:
     if ctx.backend.device_type == "cuda":
         return torch.cuda.get_device_name()
     return ctx.backend.name
+
+
+def peak_tflops(ctx: Context, name: str, dtype: torch.dtype) -> tuple[float | None, str]:
+    if ctx.options.peak_tflops:
+        return ctx.options.peak_tflops, "--peak-tflops"
+    if ctx.backend.name == "neuron":
+        return neuron_device_peak(dtype), "Trainium2 per logical device (AWS, dense)"
+    return ctx.backend.peak_for(name, dtype), f"{name} datasheet"
 
 
 def run(ctx: Context, log: StageLog) -> None:
@@ -26,7 +39,9 @@ def run(ctx: Context, log: StageLog) -> None:
     median = statistics.median(times)
     tflops = 2 * n**3 / median / 1e12
     name = device_name(ctx)
-    peak = ctx.options.peak_tflops or ctx.backend.peak_for(name, dtype)
+    peak, source = peak_tflops(ctx, name, dtype)
+    percent = 100 * tflops / peak if peak else None
+    floor = ctx.options.throughput_floor if ctx.backend.name == "neuron" else 0.0
     log.numbers = {
         "size": n,
         "dtype": str(dtype).removeprefix("torch."),
@@ -34,7 +49,15 @@ def run(ctx: Context, log: StageLog) -> None:
         "tflops": tflops,
         "device_name": name,
         "peak_tflops": peak,
-        "percent_of_peak": 100 * tflops / peak if peak else None,
+        "peak_source": source if peak else None,
+        "percent_of_peak": percent,
+        "floor_percent": floor or None,
     }
-    pct = f", {100 * tflops / peak:.1f}% of {peak:g} peak" if peak else ", peak unknown (--peak-tflops)"
+    pct = f", {percent:.2g}% of {peak:g} peak ({source})" if percent is not None else ", peak unknown (--peak-tflops)"
     log.summary = f"{n}x{n}x{n} {log.numbers['dtype']}: {tflops:.3g} TFLOP/s{pct}"
+    if floor and percent is not None and percent < floor:
+        log.fail(
+            f"throughput {tflops:.3g} TFLOP/s is {percent:.2g}% of the {peak:g} TFLOP/s peak ({source}), under the "
+            f"{floor:g}% floor: the device computes at host speed (is the work running on the CPU?); "
+            "--throughput-floor sets the floor, --peak-tflops the peak"
+        )

@@ -32,7 +32,7 @@ from neuron_smoke.host import host_facts
 from neuron_smoke.launchers import Launcher
 from neuron_smoke.models import ModelSpec
 from neuron_smoke.results import FAIL, SCHEMA, STAGE_TITLES, Report, StageResult
-from neuron_smoke.runner import Stage, run_all
+from neuron_smoke.runner import Stage, hard_grace, run_all
 
 COMPUTE = ("environment", "device")
 
@@ -79,16 +79,41 @@ def run_suite(
     spec: ModelSpec,
     on_result: Callable[[StageResult], None],
     launcher: Launcher | None = None,
+    on_progress: Callable[[Report], None] | None = None,
 ) -> Report:
-    """One full run. Without a `launcher` one is started here (see `collectives_launcher`) and closed at the end."""
+    """One full run. Without a `launcher` one is started here (see `collectives_launcher`) and closed at the end.
+    `on_progress` gets the report before each stage (that stage marked hung: what stays on disk if the watchdog ends
+    the process) and after each stage."""
     if launcher is None:
         with collectives_launcher(options) as own:
-            return _run(options, spec, on_result, own)
-    return _run(options, spec, on_result, launcher)
+            return _run(options, spec, on_result, own, on_progress)
+    return _run(options, spec, on_result, launcher, on_progress)
+
+
+def provisional(report: Report, done: list[StageResult], running: Stage | None, options: Options) -> Report:
+    """The report as it stands: finished stages, the running one marked hung, later ones not run."""
+    stages = list(done)
+    if running is not None:
+        ended = options.timeout_s + hard_grace(options.timeout_s)
+        message = (
+            f"{running.name}: did not finish; the watchdog ended the process {ended:g}s after the stage started "
+            "(a call that never returned held the GIL; every thread's stack is on stderr)"
+        )
+        stages.append(StageResult(running.name, running.title, status=FAIL, failures=[message], hung=True))
+    names = {s.name for s in stages}
+    reason = f"not run: stage {running.name} hung" if running else "not run yet"
+    stages += [StageResult(s.name, s.title, reason=reason) for s in STAGES if s.name not in names]
+    report.stages = stages
+    report.exit_code = exit_code(stages)
+    return report
 
 
 def _run(
-    options: Options, spec: ModelSpec, on_result: Callable[[StageResult], None], launcher: Launcher | None
+    options: Options,
+    spec: ModelSpec,
+    on_result: Callable[[StageResult], None],
+    launcher: Launcher | None,
+    on_progress: Callable[[Report], None] | None = None,
 ) -> Report:
     backend = resolve(options.device)
     ctx = Context(options=options, backend=backend, launcher=launcher)
@@ -108,7 +133,19 @@ def _run(
         },
         options=_options_dict(options),
     )
-    report.stages = run_all(STAGES, ctx, on_result)
+    done: list[StageResult] = []
+
+    def before(stage: Stage) -> None:
+        if on_progress is not None:
+            on_progress(provisional(report, done, stage, options))
+
+    def after(result: StageResult) -> None:
+        done.append(result)
+        on_result(result)
+        if on_progress is not None:
+            on_progress(provisional(report, done, None, options))
+
+    report.stages = run_all(STAGES, ctx, after, before)
     env = ctx.results["environment"].numbers.get("versions")
     if env:
         report.versions = env

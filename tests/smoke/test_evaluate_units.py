@@ -21,7 +21,7 @@ def _spec(seed: int = 0, batch: int = 16) -> ModelSpec:
         model = mlp.MLP()
     if batch != 16:
         inputs = (torch.randn(batch, 32, generator=torch.Generator().manual_seed(1)),)
-    return ModelSpec(model, inputs, loss_fn, "mlp")
+    return ModelSpec(model, tuple(inputs), {}, loss_fn, "mlp")
 
 
 def test_identity_refuses_other_inputs_and_unseeded_factories() -> None:
@@ -32,7 +32,7 @@ def test_identity_refuses_other_inputs_and_unseeded_factories() -> None:
     with pytest.raises(UsageError, match="the factory is not seeded"):
         identity.check(recorded, identity.fingerprint(_spec(seed=5)), "b")
     shifted = _spec()
-    shifted.inputs = (shifted.inputs[0] + 1,)
+    shifted.args = (shifted.args[0] + 1,)
     with pytest.raises(UsageError, match="input values differ"):
         identity.check(recorded, identity.fingerprint(shifted), "b")
 
@@ -118,7 +118,9 @@ def test_sweep_counts_one_compile_per_new_shape_and_none_for_a_repeat() -> None:
     counters.clear()
     spec = _spec()
     shapes = [(4, 32), (8, 32), (4, 32), (12, 32)]
-    result, error = sweep.run(spec.model, spec.inputs, shapes, "cpu", "aot_eager", 2, lambda: None, FakeDeviceModule())
+    result, error = sweep.run(
+        spec.model, (spec.args, spec.kwargs), shapes, "cpu", "aot_eager", 2, lambda: None, FakeDeviceModule()
+    )
     assert error is None and result["failed_at"] is None
     assert [r["compiled_graphs"] for r in result["shapes"]] == [1, 1, 0, 1]
     assert result["compiles"] == 3 == counters["stats"]["unique_graphs"]  # Dynamo's own count agrees
@@ -156,7 +158,14 @@ def test_bad_shapes_are_usage_errors(text: str, message: str) -> None:
 
 def test_a_shape_of_the_wrong_rank_is_refused() -> None:
     with pytest.raises(UsageError, match="has 3 dimensions, the model's first input 16x32 has 2"):
-        sweep.inputs_for(_spec().inputs, (1, 2, 3), seed=0)
+        sweep.inputs_for((_spec().args, {}), (1, 2, 3), seed=0)
+
+
+def test_the_sweep_resizes_a_keyword_input_and_keeps_the_others() -> None:
+    mask = torch.ones(2, 5)
+    args, kwargs = sweep.inputs_for(((), {"ids": torch.arange(10).reshape(2, 5), "mask": mask}), (3, 7), seed=0)
+    assert args == () and kwargs["ids"].shape == (3, 7) and kwargs["ids"].dtype == torch.int64
+    assert int(kwargs["ids"].min()) >= 0 and int(kwargs["ids"].max()) <= 9 and kwargs["mask"] is mask
 
 
 def test_without_safetensors_a_baseline_round_trips_through_torch_save(

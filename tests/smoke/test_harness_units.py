@@ -117,3 +117,15 @@ def test_skip_carries_its_reason() -> None:
 
     result = run_stage(Stage("collectives", "t", skip), _ctx())
     assert (result.status, result.reason) == ("skip", "needs 2 devices")
+
+
+def test_a_failed_collective_names_the_rank_without_a_result_not_the_one_that_gave_up() -> None:
+    from neuron_smoke.stage_collectives import _check
+
+    log = StageLog()
+    gave_up = {"rank": 0, "world_size": 3, "phase": "all_reduce", "error": "DistBackendError: timed out"}
+    answered = {"rank": 2, "world_size": 3, "value": 6.0}
+    _check(log, "traceback...", 1, 3, [gave_up, answered], "torchrun")
+    assert len(log.failures) == 1
+    assert "2/3 rank results" not in log.failures[0] and "1/3 rank results" in log.failures[0]
+    assert "(rank 1 did not answer; rank 0 gave up waiting); DistBackendError: timed out" in log.failures[0]

@@ -52,7 +52,7 @@ def test_a_failing_rank_reports_its_traceback(tmp_path: Path) -> None:
 
 def test_a_hung_rank_is_killed_at_the_deadline(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     # The ranks are forked from a launcher forked now, so they inherit this patch: rank 1 never returns.
-    def hang_on_rank_one(*args: object) -> None:
+    def hang_on_rank_one(*args: object, **kwargs: object) -> None:
         if os.environ["RANK"] == "1":
             signal.pause()
 

@@ -110,14 +110,14 @@ def train_step(
     """One step on `device`; every tensor in the Capture is on the CPU. `tracker` is torch_neuronx (or None)."""
     cap = Capture(device=device)
     model, cap.untied = move(spec.model, device)
-    inputs = tuple(x.to(device) for x in spec.inputs)
+    args, kwargs = spec.inputs_on(device)
     optimizer = torch.optim.SGD(model.parameters(), lr=LR, momentum=0.9)
     handles = _hook_modules(model, cap) if activations else []
     if tracker is not None:
         tracker.clear_op_tracking()
     with ExitStack() as stack:
         recorded = stack.enter_context(inv.recording(model) if with_inventory else nullcontext())
-        output = model(*inputs)
+        output = model(*args, **kwargs)
         loss = spec.loss_fn(output)
         torch.autograd.backward(loss)
         grads = {n: _cpu(p.grad) for n, p in model.named_parameters() if p.grad is not None}
@@ -154,12 +154,12 @@ def time_steps(
     first call and counts as the first of the `warmup` steps, so the first call stays the process's cold one.
     """
     model = move(spec.model, device)[0]
-    inputs = tuple(x.to(device) for x in spec.inputs)
+    args, kwargs = spec.inputs_on(device)
 
     def step() -> float:
         start = time.perf_counter()
         model.zero_grad(set_to_none=True)
-        torch.autograd.backward(spec.loss_fn(model(*inputs)))
+        torch.autograd.backward(spec.loss_fn(model(*args, **kwargs)))
         synchronize()
         return time.perf_counter() - start
 
@@ -187,10 +187,10 @@ def _percentile(sorted_times: list[float], pct: float) -> float:
 def run_bare(spec: ModelSpec, device: str, steps: int, synchronize: Callable[[], None]) -> float:
     """Seconds for `steps` bare forward/loss/backward steps on a fresh copy (the benchmark's reference)."""
     model = move(spec.model, device)[0]
-    inputs = tuple(x.to(device) for x in spec.inputs)
+    args, kwargs = spec.inputs_on(device)
     start = time.perf_counter()
     for _ in range(steps):
         model.zero_grad(set_to_none=True)
-        torch.autograd.backward(spec.loss_fn(model(*inputs)))
+        torch.autograd.backward(spec.loss_fn(model(*args, **kwargs)))
     synchronize()
     return time.perf_counter() - start

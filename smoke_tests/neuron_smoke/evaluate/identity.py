@@ -38,8 +38,8 @@ def fingerprint(spec: ModelSpec) -> dict[str, Any]:
         "structure": [[n, list(p.shape), _dtype(p)] for n, p in params + buffers],
         "parameters": sum(p.numel() for _, p in params),
         "state_sha256": _digest(params + buffers),
-        "inputs": [[list(x.shape), _dtype(x)] for x in spec.inputs],
-        "inputs_sha256": _digest([(str(i), x) for i, x in enumerate(spec.inputs)]),
+        "inputs": [[list(x.shape), _dtype(x)] for x in spec.input_leaves()],
+        "inputs_sha256": _digest([(str(i), x) for i, x in enumerate(spec.input_leaves())]),
     }
 
 

@@ -10,6 +10,9 @@ from neuron_smoke import EXIT_USAGE
 from neuron_smoke.context import Options
 from neuron_smoke.errors import UsageError
 
+# The evaluation's normwise bound when --model-rtol is not given (the stages derive theirs from the dtype instead).
+EVAL_RTOL = 1e-3
+
 
 def _positive_int(value: str) -> int:
     number = int(value)
@@ -54,7 +57,7 @@ def run_evaluation(options: Options, args: argparse.Namespace) -> int:
             shapes=sweep.parse_shapes(args.shapes) if args.shapes else None,
             out_dir=args.eval_report,
             report=args.report,
-            rtol=options.model_rtol,
+            rtol=options.model_rtol or EVAL_RTOL,
             iterations=options.iterations,
             warmup=options.warmup,
             full_tensor_limit=args.full_tensor_limit or DEFAULT_FULL_LIMIT,

@@ -153,8 +153,8 @@ def _measure(
     if opts.shapes:
         compile_backend = data["device"]["compile_backend"]
         data["sweep"], compile_error = sweep.run(
-            spec.model, spec.inputs, opts.shapes, backend.device_type, compile_backend, opts.iterations, sync,
-            module or None,
+            spec.model, (spec.args, spec.kwargs), opts.shapes, backend.device_type, compile_backend, opts.iterations,
+            sync, module or None,
         )  # fmt: skip
         sw = data["sweep"]
         print(f"  sweep: {sw['compiles']} graph(s) for {sw['distinct_shapes']} shape(s); {sweep.cache_note(sw)}",

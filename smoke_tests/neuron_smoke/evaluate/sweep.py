@@ -16,6 +16,7 @@ from collections.abc import Callable
 from typing import Any
 
 import torch
+from torch.utils import _pytree as pytree
 
 from neuron_smoke.errors import UsageError
 from neuron_smoke.evaluate.capture import move
@@ -39,9 +40,18 @@ def parse_shapes(text: str) -> list[tuple[int, ...]]:
     return shapes
 
 
-def inputs_for(example: tuple[torch.Tensor, ...], shape: tuple[int, ...], seed: int) -> tuple[torch.Tensor, ...]:
-    """The first input at `shape`, seeded; integer inputs keep the example's value range (token ids stay valid)."""
-    first = example[0]
+# A model's example inputs: positional arguments and keyword arguments (ModelSpec.args, ModelSpec.kwargs).
+Example = tuple[tuple[Any, ...], dict[str, Any]]
+
+
+def inputs_for(example: Example, shape: tuple[int, ...], seed: int) -> Example:
+    """The example with its first input tensor (the first positional one, else the first keyword one) at `shape`,
+    seeded; integer inputs keep the example's value range (token ids stay valid)."""
+    leaves, tree = pytree.tree_flatten(example)
+    index = next((i for i, x in enumerate(leaves) if isinstance(x, torch.Tensor)), None)
+    if index is None:
+        raise UsageError("--shapes: the model has no input tensor to resize")
+    first = leaves[index]
     if len(shape) != first.dim():
         raise UsageError(
             f"--shapes: {'x'.join(map(str, shape))} has {len(shape)} dimensions, the model's first input "
@@ -54,7 +64,17 @@ def inputs_for(example: tuple[torch.Tensor, ...], shape: tuple[int, ...], seed: 
         high = int(first.max()) + 1 if first.numel() else 2
         new = torch.randint(int(first.min()) if first.numel() else 0, max(high, 1), shape, generator=gen)
         new = new.to(first.dtype)
-    return (new, *example[1:])
+    leaves[index] = new
+    args, kwargs = pytree.tree_unflatten(leaves, tree)
+    return tuple(args), dict(kwargs)
+
+
+def _on(example: Example, device: str) -> Example:
+    def move(t: Any) -> Any:
+        return t.to(device) if isinstance(t, torch.Tensor) else t
+
+    args, kwargs = pytree.tree_map(move, example)
+    return tuple(args), dict(kwargs)
 
 
 class CountingBackend:
@@ -92,7 +112,7 @@ def _device_delta(before: dict[str, int] | None, after: dict[str, int] | None) -
 
 def run(
     model: torch.nn.Module,
-    example: tuple[torch.Tensor, ...],
+    example: Example,
     shapes: list[tuple[int, ...]],
     device: str,
     backend: str,
@@ -112,7 +132,7 @@ def run(
     try:
         compiled = torch.compile(module, backend=counter, dynamic=False)
         for i, shape in enumerate(shapes):
-            inputs = tuple(x.to(device) for x in inputs_for(example, shape, seed=1000 + i))
+            inputs = _on(inputs_for(example, shape, seed=1000 + i), device)
             try:
                 rows.append(_one_shape(compiled, inputs, shape, counter, iterations, synchronize))
             except Exception as exc:  # a readiness finding: the op that failed is looked up in the inventory
@@ -150,7 +170,7 @@ def cache_note(sw: dict[str, Any]) -> str:
 
 def _one_shape(
     compiled: Any,
-    inputs: tuple[torch.Tensor, ...],
+    inputs: Example,
     shape: tuple[int, ...],
     counter: CountingBackend,
     iterations: int,
@@ -159,13 +179,13 @@ def _one_shape(
     before = counter.compiles
     with torch.no_grad():
         start = time.perf_counter()
-        compiled(*inputs)
+        compiled(*inputs[0], **inputs[1])
         synchronize()
         first = time.perf_counter() - start
         times = []
         for _ in range(iterations):
             start = time.perf_counter()
-            compiled(*inputs)
+            compiled(*inputs[0], **inputs[1])
             synchronize()
             times.append(time.perf_counter() - start)
     p50 = statistics.median(times)

@@ -84,6 +84,9 @@ def configure_from_env() -> None:
         names = list(neuron_sim_rules.DEFAULT_EAGER_FALLBACK_OPS) if neuron_sim_rules.is_on("eager_fallback") else []
         names += list(DEFAULT_FALLBACK_OPS) if "fallback" in faults else []
     torch.ops.neuron_sim.set_fallback_set(names)
+    import neuron_sim_faults  # Python-level injectors (NEURON_SIM_INJECT), in the module beside this one
+
+    neuron_sim_faults.install_from_env()
 
 
 def configure_compile() -> None:

@@ -43,8 +43,9 @@ def _device_module() -> types.ModuleType:
 
 torch._register_device_module("neuron", _device_module())
 
-from torch_neuronx import _compile, _distributed  # noqa: E402  (both need the device registered first)
+from torch_neuronx import _autocast, _compile, _distributed  # noqa: E402  (they need the device registered first)
 from torch_neuronx._compile import compile_cache_stats  # noqa: E402, F401  (the twin's own: see _compile.py)
 
+_autocast.register()
 _compile.register()
 _distributed.register()

@@ -1,0 +1,101 @@
+"""Python-level fault injectors for the simulated `neuron` device (tests only).
+
+`NEURON_SIM_INJECT=name[,name...]` selects them; `neuron_sim.configure_from_env()` calls `install_from_env()`.
+They override aten kernels for PrivateUse1 with `torch.library` (a Python kernel takes precedence over the C++ boxed
+fallback, so the C++ device stays untouched) or patch the tracking and process-group surface. Each imitates a fault a
+sceptical platform team would try (issue 13); none makes the device kinder than a real one.
+
+| injector      | what the device then does                                                                    |
+|---------------|----------------------------------------------------------------------------------------------|
+| bf16_addmm    | bfloat16 `addmm` (every `nn.Linear` with bias on 2-D input) returns 10% too large            |
+| large_k       | `mm`/`addmm`/`bmm` with an inner dimension K >= 2048 return 10% too large                     |
+| fp32_as_bf16  | float32 `mm`/`addmm`/`bmm` round their inputs to bfloat16 first (neuronx-cc's documented      |
+|               | `--auto-cast matmult --auto-cast-type bf16` default), accumulating in float32                 |
+| blind_tracking| `get_fallback_ops()` and `get_executed_ops()` return nothing while ops run                    |
+| gil_hang      | `mm` never returns and holds the GIL (a C call made without releasing it)                    |
+| rank_hang     | rank 1's `all_reduce` never returns (the others wait for it)                                  |
+
+Python kernels bypass the device's op tracking: ops they replace are neither executed nor fallback ops.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import time
+from collections.abc import Callable
+from typing import Any
+
+import torch
+
+INJECTORS = ("bf16_addmm", "large_k", "fp32_as_bf16", "blind_tracking", "gil_hang", "rank_hang")
+MATMUL_OPS = ("mm", "addmm", "bmm")
+LARGE_K = 2048
+WRONG_FACTOR = 1.1
+
+_libraries: list[torch.library.Library] = []  # kept alive: a Library's kernels go away with it
+
+
+def selected() -> set[str]:
+    names = {n.strip() for n in os.environ.get("NEURON_SIM_INJECT", "").split(",") if n.strip()}
+    unknown = names - set(INJECTORS)
+    if unknown:
+        raise ValueError(f"unknown NEURON_SIM_INJECT value(s): {sorted(unknown)}; known: {', '.join(INJECTORS)}")
+    return names
+
+
+def install_from_env() -> None:
+    active = selected()
+    kernel_faults = active & {"bf16_addmm", "large_k", "fp32_as_bf16", "gil_hang"}
+    if kernel_faults:
+        lib = torch.library.Library("aten", "IMPL")  # kernels for PrivateUse1 only
+        for op in MATMUL_OPS:
+            lib.impl(op, _matmul_kernel(op, kernel_faults), "PrivateUse1")
+        _libraries.append(lib)
+    if "blind_tracking" in active:
+        torch.ops.neuron_sim.get_fallback_ops = lambda: []
+        torch.ops.neuron_sim.get_executed_ops = lambda: []
+    if "rank_hang" in active and os.environ.get("RANK") == "1":
+        import torch.distributed as dist
+
+        dist.all_reduce = _hang_forever  # type: ignore[assignment]
+
+
+def _inner_dim(op: str, args: tuple[Any, ...]) -> int:
+    mat1 = args[1] if op == "addmm" else args[0]
+    return int(mat1.shape[-1])
+
+
+def _matmul_kernel(op: str, faults: set[str]) -> Callable[..., torch.Tensor]:
+    aten = getattr(torch.ops.aten, op).default
+
+    def kernel(*args: Any, **kwargs: Any) -> torch.Tensor:
+        device = args[0].device
+        host = [a.cpu() if isinstance(a, torch.Tensor) else a for a in args]
+        if "gil_hang" in faults and op == "mm":
+            _hold_gil_forever()
+        if "fp32_as_bf16" in faults and host[-1].dtype == torch.float32:
+            first = 1 if op == "addmm" else 0
+            for i in (first, first + 1):
+                host[i] = host[i].to(torch.bfloat16).to(torch.float32)
+        out = aten(*host, **kwargs)
+        wrong = ("bf16_addmm" in faults and op == "addmm" and out.dtype == torch.bfloat16) or (
+            "large_k" in faults and _inner_dim(op, args) >= LARGE_K
+        )
+        if wrong:
+            out = (out.float() * WRONG_FACTOR).to(out.dtype)
+        return out.to(device)
+
+    return kernel
+
+
+def _hold_gil_forever() -> None:
+    # A ctypes.PyDLL call keeps the GIL: no other Python thread runs again, like a hung extension call.
+    libc = ctypes.PyDLL(None)
+    while True:
+        libc.sleep(3600)
+
+
+def _hang_forever(*args: object, **kwargs: object) -> None:
+    while True:
+        time.sleep(3600)

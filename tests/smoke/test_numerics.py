@@ -1,0 +1,57 @@
+"""The bounds of numerics.py on known errors: what passes, what is bfloat16 precision, what is wrong."""
+
+from __future__ import annotations
+
+import math
+
+import torch
+from neuron_smoke import stage_model
+from neuron_smoke.numerics import matmul_error, model_rtol, nonfinite
+from neuron_smoke.stage_matmul import Case, make_inputs, precision_of
+
+
+def _inputs(k: int, dtype: torch.dtype = torch.float32) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
+    return make_inputs(Case("addmm", (128, k, 96), dtype, 7))
+
+
+def test_float32_matmul_precision_is_read_from_the_error() -> None:
+    for k in (384, 4096):
+        a, b, bias = _inputs(k)
+        assert precision_of(matmul_error(torch.addmm(bias, a, b), a, b, bias=bias)) == "float32"
+        cast = torch.addmm(bias, a.bfloat16().float(), b.bfloat16().float())  # neuronx-cc's auto-cast default
+        assert precision_of(matmul_error(cast, a, b, bias=bias)) == "bfloat16"
+        wrong = torch.addmm(bias, a, b) * 1.1
+        err = matmul_error(wrong, a, b, bias=bias)
+        assert precision_of(err) == "wrong"
+        assert err.worst_ratio_bf16_inputs is not None and err.worst_ratio_bf16_inputs > 5
+
+
+def test_bf16_matmul_10_percent_wrong_fails_at_large_k() -> None:
+    a, b, bias = _inputs(4096, torch.bfloat16)
+    good = torch.addmm(bias, a, b)
+    assert matmul_error(good, a, b, bias=bias).ok
+    assert matmul_error((good.float() * 1.1).bfloat16(), a, b, bias=bias).worst_ratio > 5
+
+
+def test_model_bound_follows_the_dtype() -> None:
+    assert model_rtol(torch.float32, 512) == 2.0**-13
+    assert math.isclose(model_rtol(torch.bfloat16, 512), 8 * (2.0**-8 + math.sqrt(512) * 2.0**-24))
+    assert model_rtol(torch.bfloat16, 64, native=True) > 8 * 2.0**-8 * 8
+
+
+def test_nonfinite_is_named() -> None:
+    ref = torch.ones(3)
+    assert nonfinite(torch.tensor([1.0, math.nan, 1.0]), ref) == "NaN"
+    assert nonfinite(torch.tensor([1.0, math.inf, 1.0]), ref) == "Inf"
+    assert nonfinite(torch.ones(3), ref) is None
+
+
+def test_a_failed_comparison_lists_every_tensor_out_of_bound_worst_first() -> None:
+    ref = {"output": torch.ones(4), "loss": torch.tensor(1.0), "grads": {"a": torch.ones(2), "b": torch.ones(2)},
+           "weights": {"a": torch.ones(2), "b": torch.ones(2)}}  # fmt: skip
+    got = {"output": torch.full((4,), 1.5), "loss": torch.tensor(math.nan),
+           "grads": {"a": torch.full((2,), 1.1), "b": torch.ones(2)},
+           "weights": {"a": torch.ones(2), "b": torch.full((2,), 1.01)}}  # fmt: skip
+    report = stage_model.compare(got, ref, 1e-3)
+    assert report["out_of_bound"] == ["loss NaN", "output 0.5", "grads.a 0.1", "weights.b 0.01"]
+    assert not report["ok"]
