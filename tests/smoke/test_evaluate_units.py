@@ -133,7 +133,9 @@ def test_sweep_counts_one_compile_per_new_shape_and_none_for_a_repeat() -> None:
 
 def test_sweep_without_a_device_cache_count_says_so() -> None:
     spec = _spec()
-    result, error = sweep.run(spec.model, spec.inputs, [(4, 32)], "cpu", "aot_eager", 1, lambda: None, object())
+    result, error = sweep.run(
+        spec.model, (spec.args, spec.kwargs), [(4, 32)], "cpu", "aot_eager", 1, lambda: None, object()
+    )
     assert error is None and result["compiles"] == 1 and result["device_compiles"] is None
     assert "not reported (no compile_cache_stats() on the device module" in sweep.cache_note(result)
     assert "DIFFERS from Dynamo's 2" in sweep.cache_note({**result, "compiles": 2, "device_compiles": 1,
