@@ -17,7 +17,7 @@ from urllib.parse import urlsplit
 
 from neuron_torch.cellinfo import cell_record, relative
 from neuron_torch.errors import NeuronTorchError
-from neuron_torch.lockfile import read_lock
+from neuron_torch.lockfile import gate_lock, read_lock
 from neuron_torch.matrix import Cell, Matrix
 from neuron_torch.render_docker import build_args
 
@@ -51,16 +51,18 @@ def serves_on_loopback(matrix: Matrix) -> bool:
 
 
 def require_lock(matrix: Matrix, cell: Cell, lock: Path | None) -> Path:
+    """The lock images and AMIs may install: it exists and passes the lock gate (lockfile.gate_lock)."""
     path = lock or cell.lock_path
-    if path.is_file():
-        return path
-    message = (
-        f"cell {cell.id} has no lock at {relative(path, matrix)}: images and AMIs install only from a hash lock. "
-        f"Run `neuron-torch lock --cell {cell.id}` where the indexes are reachable (or pass --lock FILE)."
-    )
-    if not cell.os.wheels_available:
-        message += f" Note: {cell.os.wheels_note}"
-    raise NeuronTorchError(message)
+    if not path.exists():
+        message = (
+            f"cell {cell.id} has no lock at {relative(path, matrix)}: images and AMIs install only from a hash lock. "
+            f"Run `neuron-torch lock --cell {cell.id}` where the indexes are reachable (or pass --lock FILE)."
+        )
+        if not cell.os.wheels_available:
+            message += f" Note: {cell.os.wheels_note}"
+        raise NeuronTorchError(message)
+    gate_lock(matrix, cell, path)
+    return path
 
 
 def stage(matrix: Matrix, cell: Cell, lock: Path) -> Path:

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from neuron_torch.errors import EXIT_FAILED, NeuronTorchError
-from neuron_torch.lockfile import Lock, LockedPackage, read_lock
+from neuron_torch.lockfile import Lock, LockedPackage, gate_lock
 from neuron_torch.matrix import AptPackage, Cell, Matrix, canonical_name
 from neuron_torch.mirror import Mirror, redact
 
@@ -221,9 +221,7 @@ def make_bundle(
 ) -> Path:  # fmt: skip
     """Write the offline bundle of the cell to out (which must not exist or be empty); return the manifest path."""
     lock_file = lock_path or cell.lock_path
-    lock = read_lock(lock_file)
-    if lock.cell_id not in (None, cell.id):
-        raise NeuronTorchError(f"{lock_file} is the lock of {lock.cell_id}, not {cell.id}")
+    lock = gate_lock(matrix, cell, lock_file)
     if out.exists() and any(out.iterdir()):
         raise NeuronTorchError(f"{out} is not empty; bundle into a new folder")
     out.mkdir(parents=True, exist_ok=True)

@@ -28,5 +28,8 @@ def problems(matrix: Matrix) -> list[str]:
             if cell is None:
                 found.append(f"{relative(path, matrix)}: a lock for no cell of {matrix.release.name}; remove it")
                 continue
-            found += lock_problems(read_lock(path), matrix, cell)
+            try:
+                found += lock_problems(read_lock(path), matrix, cell)
+            except NeuronTorchError as error:  # an unreadable lock is one problem; the others are still checked
+                found.append(str(error))
     return found

@@ -15,7 +15,8 @@ from neuron_torch.build import plan_image_build, run_image_build
 from neuron_torch.cellinfo import caveats, cell_record, install_route, relative
 from neuron_torch.check import problems
 from neuron_torch.errors import EXIT_FAILED, EXIT_OK, NeuronTorchError
-from neuron_torch.lock import lock_cell
+from neuron_torch.lock import RESOLVERS, lock_cell, seal_lock
+from neuron_torch.lockfile import lock_problems, read_lock
 from neuron_torch.manifest import compare, format_findings, read_manifest, release_packages, vendored_manifest
 from neuron_torch.matrix import Matrix, load_matrix
 from neuron_torch.mirror import ENV_VAR as MIRROR_ENV_VAR
@@ -108,6 +109,13 @@ def cmd_lock(args: argparse.Namespace, matrix: Matrix) -> int:
     if args.out and len(cells) > 1:
         raise NeuronTorchError("--out names one file: use it with --cell, not --all")
     index_urls = dict(_parse_index(value) for value in args.index)
+    ca_bundle = args.ca_bundle or (args.mirror_settings.ca_bundle if args.mirror_settings else None)
+    if args.seal:
+        if args.all or args.find_links:
+            raise NeuronTorchError("--seal FILE seals one lock: use it with --cell ID, without --all or --find-links")
+        path = seal_lock(matrix, cells[0], args.seal, index_urls=index_urls, ca_bundle=ca_bundle, out=args.out)
+        print(f"sealed {cells[0].id} -> {relative(path, matrix)} (every hash is a file of its routed index)")
+        return EXIT_OK
     for cell in cells:
         if not cell.os.wheels_available:
             print(f"warning: {cell.id}: {cell.os.wheels_note}", file=sys.stderr)
@@ -115,16 +123,25 @@ def cmd_lock(args: argparse.Namespace, matrix: Matrix) -> int:
             matrix,
             cell,
             index_urls=index_urls,
-            ca_bundle=args.ca_bundle or (args.mirror_settings.ca_bundle if args.mirror_settings else None),
+            ca_bundle=ca_bundle,
             find_links=args.find_links,
             out=args.out,
+            resolver=args.resolver,
         )
         print(f"locked {cell.id} -> {relative(path, matrix)}")
     return EXIT_OK
 
 
 def cmd_check(args: argparse.Namespace, matrix: Matrix) -> int:
-    found = problems(matrix)
+    if args.lock or args.cell:
+        if not (args.lock and args.cell):
+            raise NeuronTorchError("check --lock FILE needs --cell ID (the cell the lock is for), and the reverse")
+        found = lock_problems(read_lock(args.lock), matrix, matrix.cell(args.cell))
+        if not found:
+            print(f"{args.lock}: a sound, sealed lock of {args.cell}")
+            return EXIT_OK
+    else:
+        found = problems(matrix)
     for problem in found:
         print(f"problem: {problem}", file=sys.stderr)
     if found:
@@ -213,10 +230,17 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--ca-bundle", type=Path, help="extra CA bundle (PEM) for TLS-intercepting proxies")
     p.add_argument("--find-links", type=Path, help="lock offline from a folder of wheels")
     p.add_argument("--out", type=Path, help="write the lock here instead of the cell's lock path")
+    p.add_argument(
+        "--resolver", choices=RESOLVERS, default="uv",
+        help="uv (default: any cell from one machine) or pip-tools (pip-compile, for the Python it runs on)",
+    )  # fmt: skip
+    p.add_argument("--seal", type=Path, metavar="FILE", help="check and seal a lock made elsewhere (pip-compile)")
     add_mirror_option(p)
     p.set_defaults(handler=cmd_lock)
 
-    p = sub.add_parser("check", help="validate the matrix, generated files and locks")
+    p = sub.add_parser("check", help="validate the matrix, generated files and locks (or one lock: the lock gate)")
+    p.add_argument("--lock", type=Path, metavar="FILE", help="check only this lock, as every consumer does")
+    p.add_argument("--cell", help="the cell the --lock is for")
     p.set_defaults(handler=cmd_check)
 
     p = sub.add_parser("manifest", help="compare the pins with AWS's release manifest (n2-manifest.json)")

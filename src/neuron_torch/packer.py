@@ -101,6 +101,7 @@ def build(
     matrix: Matrix, cell_id: str, only: str | None = None, packer: str = "packer", extra: Sequence[str] = ()
 ) -> int:
     cell = matrix.cell(cell_id)  # an unsupported cell stops here with the matrix's reason
+    require_lock(matrix, cell, None)  # the lock gate, before any work
     version = packer_version(packer)
     if only != "docker" and is_legacy(version):
         raise NeuronTorchError(
@@ -108,7 +109,6 @@ def build(
             "use Packer >= 1.7 with the plugins of images/plugins/required-plugins.pkr.hcl (`packer init "
             "images/plugins`), or build only the local image: --only docker"
         )
-    require_lock(matrix, cell, None)
     if fmt_check(matrix, packer) != 0:
         raise NeuronTorchError("packer fmt -check failed (diff above): run `packer fmt images images/cells`")
     if validate(matrix, cell.id, packer, extra) != 0:
