@@ -22,6 +22,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from neuron_torch.errors import EXIT_FAILED, NeuronTorchError
+from neuron_torch.files import check_ca_bundle
 from neuron_torch.lockfile import LockedPackage, lock_problems, read_lock, render_lock
 from neuron_torch.matrix import Cell, Index, Matrix
 from neuron_torch.routing import IndexReader
@@ -97,9 +98,8 @@ def project_file(matrix: Matrix, cell: Cell, indexes: tuple[Index, ...], offline
 
 
 def _check_inputs(ca_bundle: Path | None, find_links: Path | None) -> None:
-    if ca_bundle is not None and not ca_bundle.is_file():
-        what = "is a folder" if ca_bundle.is_dir() else "does not exist"
-        raise NeuronTorchError(f"CA bundle {ca_bundle} {what}; pass a PEM file with --ca-bundle")
+    if ca_bundle is not None:
+        check_ca_bundle(ca_bundle)
     if find_links is not None and not find_links.is_dir():
         raise NeuronTorchError(f"find-links folder {find_links} does not exist (or is not a folder)")
 

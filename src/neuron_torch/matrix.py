@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from neuron_torch.errors import MatrixError, NeuronTorchError, UnsupportedError
+from neuron_torch.files import read_text
 
 SCHEMA = 1
 DEFAULT_MATRIX = Path("constraints") / "matrix.toml"
@@ -371,12 +372,11 @@ class _Reader:
 def load_matrix(path: Path | str | None = None) -> Matrix:
     """Read and validate a matrix file (default: $NEURON_TORCH_MATRIX or constraints/matrix.toml of the repo)."""
     matrix_path = Path(path) if path else default_matrix_path()
+    text = read_text(
+        matrix_path, "matrix file", "pass --matrix PATH (a release matrix such as constraints/matrix.toml)"
+    )
     try:
-        data = tomllib.loads(matrix_path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise NeuronTorchError(
-            f"{matrix_path}: no such matrix file; pass --matrix PATH or set NEURON_TORCH_MATRIX"
-        ) from None
+        data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as error:
         raise MatrixError(matrix_path, "(syntax)", str(error)) from None
     return _parse(data, matrix_path)
