@@ -144,11 +144,11 @@ def seal_lock(
 ) -> Path:
     """Seal a lock made elsewhere (pip-compile --generate-hashes): check that every hash is a file of the package's
     routed index, then rewrite it in neuron-torch's format (metadata, index options, sources, seal)."""
+    lock = read_lock(path)
     target = out or path
     check_target(target)
     indexes = routed_indexes(matrix, index_urls)
     _check_inputs(ca_bundle, None)
-    lock = read_lock(path)
     if lock.cell_id not in (None, cell.id):
         raise NeuronTorchError(f"{path} is the lock of {lock.cell_id}, not {cell.id}: pass --cell {lock.cell_id}")
     packages = attribute_sources(matrix, indexes, lock.packages, IndexReader(ca_bundle))
