@@ -197,3 +197,16 @@ def test_a_bundle_that_fails_at_the_apt_step_leaves_nothing(
     assert "cannot download" in output and "no-apt-here" in output, output
     assert not out.exists()
     assert sorted(p.name for p in tmp_path.iterdir()) == ["indexes", "mirror.toml"]
+
+
+def test_fix_hints_repeat_the_options_the_user_gave(
+    capsys: pytest.CaptureFixture[str], release_copy: Path, tmp_path: Path
+) -> None:
+    matrix = release_copy / "constraints" / "matrix.toml"
+    mirror = tmp_path / "mirror.toml"
+    mirror.write_text('[indexes]\npypi = "http://mirror.example/simple/"\n')
+    assert main(["--matrix", str(matrix), "cell", CELL, "--mirror", str(mirror)]) == 0
+    assert f"`neuron-torch --matrix {matrix} lock --cell {CELL} --mirror {mirror}`" in capsys.readouterr().out
+    code = main(["--matrix", str(matrix), "build", "image", "--cell", CELL, "--dry-run"])
+    assert code == 2
+    assert f"`neuron-torch --matrix {matrix} lock --cell {CELL}`" in capsys.readouterr().err

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import shlex
 import sys
 from collections.abc import Callable, Sequence
@@ -62,7 +63,11 @@ def cmd_cell(args: argparse.Namespace, matrix: Matrix) -> int:
         print("caveats:")
         for note in notes:
             print(f"  - {note}")
-    lock = "present" if cell.lock_path.is_file() else "missing: run `neuron-torch lock --cell " + cell.id + "`"
+    lock = (
+        "present"
+        if cell.lock_path.is_file()
+        else with_options(f"missing: run `neuron-torch lock --cell {cell.id}`", args)
+    )
     print(f"constraints: {relative(cell.constraints_path, matrix)}\nlock: {relative(cell.lock_path, matrix)} ({lock})")
     return EXIT_OK
 
@@ -93,7 +98,8 @@ def cmd_render(args: argparse.Namespace, matrix: Matrix) -> int:
         for path in stale:
             print(f"stale: {relative(path, matrix)}", file=sys.stderr)
         if stale:
-            print(f"{len(stale)} generated file(s) are stale; run `neuron-torch render`", file=sys.stderr)
+            hint = f"{len(stale)} generated file(s) are stale; run `neuron-torch render`"
+            print(with_options(hint, args), file=sys.stderr)
             return EXIT_FAILED
         print("all generated files are up to date")
         return EXIT_OK
@@ -143,7 +149,7 @@ def cmd_check(args: argparse.Namespace, matrix: Matrix) -> int:
     else:
         found = problems(matrix)
     for problem in found:
-        print(f"problem: {problem}", file=sys.stderr)
+        print(f"problem: {with_options(problem, args)}", file=sys.stderr)
     if found:
         print(f"{len(found)} problem(s) found", file=sys.stderr)
         return EXIT_FAILED
@@ -202,6 +208,10 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="neuron-torch", description=__doc__)
     parser.add_argument("--version", action="version", version=f"neuron-torch {__version__}")
     parser.add_argument("--matrix", type=Path, help="release matrix (default: constraints/matrix.toml)")
+    parser.add_argument(
+        "--project", type=Path, metavar="DIR",
+        help="the neuron-torch checkout to work in (default: $NEURON_TORCH_PROJECT, or the checkout around you)",
+    )  # fmt: skip
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     p = sub.add_parser("matrix", help="list the cells of the release")
@@ -311,10 +321,33 @@ def cmd_build_ami(args: argparse.Namespace, matrix: Matrix) -> int:
     return build_ami(matrix, args.cell, args.only, args.packer)
 
 
+_HINT = re.compile(r"`neuron-torch (?P<command>[a-z]+)(?P<rest>[^`]*)`")
+_MIRROR_COMMANDS = {"cell", "lock", "bundle", "build"}
+
+
+def with_options(message: str, args: argparse.Namespace) -> str:
+    """Fix hints (`neuron-torch COMMAND ...`) repeat the options the user gave, so following them acts on the same
+    release, project and mirror."""
+    front = "".join(
+        f" {flag} {shlex.quote(str(value))}"
+        for flag, value in (("--project", args.project), ("--matrix", args.matrix))
+        if value is not None
+    )
+    mirror = getattr(args, "mirror", None)
+
+    def repeat(hint: re.Match[str]) -> str:
+        rest = hint["rest"]
+        if mirror is not None and hint["command"] in _MIRROR_COMMANDS and "--mirror" not in rest:
+            rest += f" --mirror {shlex.quote(str(mirror))}"
+        return f"`neuron-torch{front} {hint['command']}{rest}`"
+
+    return _HINT.sub(repeat, message)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
-        matrix = load_matrix(args.matrix)
+        matrix = load_matrix(args.matrix, args.project)
         if hasattr(args, "mirror"):
             # Commands that fetch or print URLs see the mirrored release; render and check keep the release's own.
             args.mirror_settings = load_mirror(args.mirror) if args.mirror else mirror_from_env()
@@ -326,7 +359,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         sys.stdout.flush()  # here, so that a closed pipe is caught below and not at interpreter exit
         return code
     except NeuronTorchError as error:
-        print(f"neuron-torch: error: {error}", file=sys.stderr)
+        print(f"neuron-torch: error: {with_options(str(error), args)}", file=sys.stderr)
         return error.exit_code
     except BrokenPipeError:
         # The reader went away (`neuron-torch matrix | head -1`): stop quietly, as the Python docs recommend.

@@ -19,6 +19,7 @@ from neuron_torch.files import read_text
 
 SCHEMA = 1
 DEFAULT_MATRIX = Path("constraints") / "matrix.toml"
+PROJECT_ENV = "NEURON_TORCH_PROJECT"
 _VERSION = re.compile(r"^\d+(\.\d+)*(\.\*)?(\+[a-z0-9.]+)?$")
 _PYTHON = re.compile(r"^3\.\d+$")
 _CELL_ID = re.compile(r"^(?P<family>[^-]+)-py(?P<python>[^-]+)-(?P<os>.+)$")
@@ -369,43 +370,63 @@ class _Reader:
         return dict(table)
 
 
-def load_matrix(path: Path | str | None = None) -> Matrix:
-    """Read and validate a matrix file (default: $NEURON_TORCH_MATRIX or constraints/matrix.toml of the repo)."""
-    matrix_path = Path(path) if path else default_matrix_path()
-    text = read_text(
-        matrix_path, "matrix file", "pass --matrix PATH (a release matrix such as constraints/matrix.toml)"
+def load_matrix(path: Path | str | None = None, project: Path | None = None) -> Matrix:
+    """Read and validate a matrix file (default: $NEURON_TORCH_MATRIX or constraints/matrix.toml of the project).
+
+    Generated files, locks and builds live in the project (`project_root`): --project / $NEURON_TORCH_PROJECT when
+    given, else, for a matrix named by path, the checkout it sits in (`<checkout>/constraints/<name>.toml`) or, for a
+    matrix elsewhere, its own folder.
+    """
+    named = (
+        Path(path)
+        if path
+        else (Path(os.environ["NEURON_TORCH_MATRIX"]) if os.environ.get("NEURON_TORCH_MATRIX") else None)
     )
+    if named is None or project is not None or os.environ.get(PROJECT_ENV):
+        root = project_root(project)
+    else:
+        root = _layout_root(named)
+    matrix_path = named or root / DEFAULT_MATRIX
+    text = read_text(matrix_path, "matrix file", "pass --matrix PATH (a release matrix, e.g. constraints/matrix.toml)")
     try:
         data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as error:
         raise MatrixError(matrix_path, "(syntax)", str(error)) from None
-    return _parse(data, matrix_path)
+    return _parse(data, matrix_path, root)
 
 
-def default_matrix_path() -> Path:
-    env = os.environ.get("NEURON_TORCH_MATRIX")
-    if env:
-        return Path(env)
-    return repo_root() / DEFAULT_MATRIX
+def _layout_root(matrix_path: Path) -> Path:
+    folder = matrix_path.resolve().parent
+    return folder.parent if folder.name == "constraints" else folder
 
 
-def repo_root() -> Path:
-    """The checkout holding constraints/matrix.toml: the current folder or a parent, else the package's checkout."""
+def project_root(explicit: Path | None = None) -> Path:
+    """The neuron-torch project (a checkout: constraints/, Dockerfile, images/, ansible/) the command works in."""
+    chosen = explicit or (Path(os.environ[PROJECT_ENV]) if os.environ.get(PROJECT_ENV) else None)
+    if chosen is not None:
+        if not (chosen / DEFAULT_MATRIX).is_file():
+            raise NeuronTorchError(
+                f"{chosen}: not a neuron-torch project (no {DEFAULT_MATRIX}); --project DIR and ${PROJECT_ENV} name "
+                "a checkout of neuron-torch"
+            )
+        return chosen.resolve()
     for folder in (Path.cwd(), *Path.cwd().parents):
         if (folder / DEFAULT_MATRIX).is_file():
             return folder
-    package_checkout = Path(__file__).resolve().parents[2]
+    package_checkout = Path(__file__).resolve().parents[2]  # an editable install: the checkout it came from
     if (package_checkout / DEFAULT_MATRIX).is_file():
         return package_checkout
-    return Path.cwd()
+    raise NeuronTorchError(
+        f"no neuron-torch project here: run inside a checkout of neuron-torch, or pass --project DIR (a checkout) "
+        f"or set ${PROJECT_ENV}"
+    )
 
 
-def _parse(data: Mapping[str, Any], path: Path) -> Matrix:
+def _parse(data: Mapping[str, Any], path: Path, root: Path) -> Matrix:
     r = _Reader(path)
     schema = data.get("schema")
     if schema != SCHEMA:
         raise r.fail("schema", f"must be {SCHEMA} (this neuron-torch reads schema {SCHEMA}), not {schema!r}")
-    root = path.resolve().parent.parent
     paths = data.get("paths", {})
     generated_dir = root / r.text(paths, "generated", "paths.", "constraints/generated")
     locks_dir = root / r.text(paths, "locks", "paths.", "constraints/locks")
