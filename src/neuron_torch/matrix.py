@@ -219,6 +219,9 @@ class Matrix:
             )
         self.family(match["family"])
         self.require_python(match["python"])
+        os_id, _, arch = match["os"].rpartition("-")
+        if os_id and arch in self.unsupported.arch:  # e.g. ...-ubuntu26.04-arm64
+            self.require_arch(arch)
         self.operating_system(match["os"])
         raise UnsupportedError(
             f"cell '{cell_id}' is not in {self.release.name}. Supported cells: {', '.join(c.id for c in self.cells)}"
@@ -259,10 +262,9 @@ class Matrix:
         if reason:
             raise UnsupportedError(f"instance type {instance_type} is not supported: {reason}. Supported: {known}")
         if family in self.instance_families:
-            raise UnsupportedError(
-                f"instance type {instance_type} is not listed in {self.path}; known: {known}. "
-                f"If it exists, add it under [instances] with its documented device count (0 if unknown)."
-            )
+            # A size the release does not list (e.g. trn3.3xlarge): its family is supported, its device count unknown.
+            note = f"{instance_type} is not listed in {self.release.name}: its device count is not documented there"
+            return Instance(instance_type, family, 0, 0, note)
         raise UnsupportedError(
             f"instance type '{instance_type}' is not supported; supported families: "
             f"{', '.join(self.instance_families)} (known types: {known})"
