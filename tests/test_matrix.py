@@ -65,7 +65,7 @@ def test_instances(matrix: Matrix) -> None:
     unlisted = matrix.instance("trn3.3xlarge")
     assert (unlisted.family, unlisted.expected_devices) == ("trn3", None)
     assert "not listed" in unlisted.note
-    with pytest.raises(UnsupportedError, match="arm64 is not supported: TorchNeuron in Neuron 2.33 is Linux x86_64"):
+    with pytest.raises(UnsupportedError, match=r"arm64 is not supported: TorchNeuron in Neuron 2\.33 is Linux x86_64"):
         matrix.cell("2.14-py3.13-ubuntu26.04-arm64")
     with pytest.raises(UnsupportedError, match="x86_64 only"):
         matrix.require_arch("aarch64")
