@@ -148,3 +148,22 @@ def test_ansible_provisioning_refuses_before_touching_a_host(
     assert "TASK [Refuse a lock that is not the cell's own sealed, sound lock" in output
     assert BAD_LOCKS[case][1] in output.replace("\\n", "\n"), output
     assert "never-reached" not in output.split("Refuse a lock")[1].split("PLAY RECAP")[0]
+
+
+def test_build_ami_takes_a_lock_and_packer_variables(
+    capsys: pytest.CaptureFixture[str], release_copy: Path, good_locks: dict[str, str]
+) -> None:
+    """A stand-in packer (it logs its arguments) shows what `build ami --lock --var` hands to Packer."""
+    log = release_copy / "packer.log"
+    packer = release_copy / "packer"
+    packer.write_text(f'#!/bin/sh\n[ "$1" = version ] && echo "Packer v1.11.2" && exit 0\necho "$@" >> {log}\n')
+    packer.chmod(0o755)
+    lock = release_copy / "my-lock.txt"
+    lock.write_text(good_locks[CELL])
+    matrix = str(release_copy / "constraints" / "matrix.toml")
+    argv = ["--matrix", matrix, "build", "ami", "--cell", CELL, "--packer", str(packer), "--lock", str(lock)]
+    assert main([*argv, "--var", "region=eu-west-1"]) == 0, capsys.readouterr().err
+    build = [line for line in log.read_text().splitlines() if line.startswith("build")]
+    assert len(build) == 1 and "-var=region=eu-west-1" in build[0] and "-var=lock_file=my-lock.txt" in build[0]
+    assert main([*argv, "--var", "region"]) == 2
+    assert "--var takes NAME=VALUE" in capsys.readouterr().err

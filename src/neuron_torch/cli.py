@@ -314,11 +314,22 @@ def add_build_command(sub: argparse._SubParsersAction[argparse.ArgumentParser]) 
     p.add_argument("--cell", required=True, help="cell id")
     p.add_argument("--only", choices=sorted(PACKER_SOURCES), help="build only this Packer source")
     p.add_argument("--packer", default="packer", help="the packer executable")
+    p.add_argument("--lock", type=Path, help="the hash lock to install (default: the cell's lock path)")
+    p.add_argument(
+        "--var", action="append", default=[], metavar="NAME=VALUE",
+        help="a Packer variable, e.g. region=eu-west-1 or subnet_id=subnet-0abc (repeatable)",
+    )  # fmt: skip
     p.set_defaults(handler=cmd_build_ami)
 
 
 def cmd_build_ami(args: argparse.Namespace, matrix: Matrix) -> int:
-    return build_ami(matrix, args.cell, args.only, args.packer)
+    extra = []
+    for value in args.var:
+        name, sep, _ = value.partition("=")
+        if not sep or not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", name):
+            raise NeuronTorchError(f"--var takes NAME=VALUE (e.g. region=eu-west-1), not {value!r}")
+        extra.append(f"-var={value}")
+    return build_ami(matrix, args.cell, args.only, args.packer, extra, lock=args.lock)
 
 
 _HINT = re.compile(r"`neuron-torch (?P<command>[a-z]+)(?P<rest>[^`]*)`")
