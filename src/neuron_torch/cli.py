@@ -205,7 +205,11 @@ def _parse_index(value: str) -> tuple[str, str]:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="neuron-torch", description=__doc__)
+    parser = argparse.ArgumentParser(
+        prog="neuron-torch",
+        description="Pinned, verified TorchNeuron environments: pick a cell, lock it, check it, build or bundle it.",
+        epilog="Exit codes: 0 ok, 1 a check failed, 2 bad input. The README's quick start lists each user's path.",
+    )
     parser.add_argument("--version", action="version", version=f"neuron-torch {__version__}")
     parser.add_argument("--matrix", type=Path, help="release matrix (default: constraints/matrix.toml)")
     parser.add_argument(
@@ -229,10 +233,6 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true")
     p.set_defaults(handler=cmd_instance)
 
-    p = sub.add_parser("render", help="write every generated file (or --check that none is stale)")
-    p.add_argument("--check", action="store_true", help="exit 1 and name each stale file")
-    p.set_defaults(handler=cmd_render)
-
     p = sub.add_parser("lock", help="write hash locks, each package routed to its index")
     which = p.add_mutually_exclusive_group(required=True)
     which.add_argument("--cell", help="cell id")
@@ -254,14 +254,18 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--cell", help="the cell the --lock is for")
     p.set_defaults(handler=cmd_check)
 
+    add_build_command(sub)
+    add_bundle_command(sub)
     p = sub.add_parser("manifest", help="compare the pins with AWS's release manifest (n2-manifest.json)")
     p.add_argument("file", type=Path, nargs="?", help="n2-manifest.json (default: the matrix's vendored copy)")
     p.add_argument("--release", help="Neuron release in the manifest (default: the manifest's own version)")
     p.add_argument("--json", action="store_true")
     p.add_argument("--strict", action="store_true", help="exit 1 when any pin differs")
     p.set_defaults(handler=cmd_manifest)
-    add_bundle_command(sub)
-    add_build_command(sub)
+    p = sub.add_parser("render", help="write every generated file (or --check that none is stale)")
+    p.add_argument("--check", action="store_true", help="exit 1 and name each stale file")
+    p.set_defaults(handler=cmd_render)
+
     return parser
 
 
@@ -292,7 +296,7 @@ def add_mirror_option(parser: argparse.ArgumentParser) -> None:
 
 # --- build image (issue 5: the container image) -----------------------------------------------------------------------
 def add_build_command(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    p = sub.add_parser("build", help="build an artifact of a cell (image)")
+    p = sub.add_parser("build", help="build a cell's container image or AMI (build image | build ami)")
     what = p.add_subparsers(dest="artifact", required=True, metavar="ARTIFACT")
     p = what.add_parser(
         "image", help="the cell's container image: tags neuron-torch:CELL (and :latest for the default)"
