@@ -233,10 +233,11 @@ def resolve_pip_tools(
     cell: Cell, indexes: tuple[Index, ...], work: Path, ca_bundle: Path | None, find_links: Path | None
 ) -> tuple[LockedPackage, ...]:
     python = find_pip_compile_python(cell)
+    # --allow-unsafe: setuptools is a dependency of torch, and --require-hashes wants every dependency in the lock.
     (work / "requirements.in").write_text("".join(f"{name}=={version}\n" for name, version in cell.pins.items()))
     command = [
-        python, "-m", "piptools", "compile", "requirements.in", "--generate-hashes", "--no-header", "--no-annotate",
-        "--quiet", "--no-emit-index-url", "--cache-dir", str(work / "cache"), "-o", "resolved.txt",
+        python, "-m", "piptools", "compile", "requirements.in", "--generate-hashes", "--allow-unsafe", "--no-header",
+        "--no-annotate", "--quiet", "--no-emit-index-url", "--cache-dir", str(work / "cache"), "-o", "resolved.txt",
     ]  # fmt: skip
     if find_links is not None:
         command += ["--no-index", "--find-links", str(find_links.resolve())]
