@@ -163,6 +163,8 @@ def test_a_pip_compile_lock_is_checked_sealed_and_accepted(
         0,
         f"{lock}: a sound, sealed lock of {CELL}\n",
     )
+    code, output = run_cli(capsys, "build", "image", "--cell", CELL, "--lock", str(lock), "--dry-run")
+    assert code == 0 and "docker" in output, output  # the consumers' lock gate takes it
 
 
 def test_seal_refuses_a_hash_that_is_not_a_file_of_the_routed_index(
