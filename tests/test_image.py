@@ -23,6 +23,7 @@ import pytest
 
 from neuron_torch.build import plan_image_build, run_image_build
 from neuron_torch.cli import main
+from neuron_torch.errors import NeuronTorchError
 from neuron_torch.matrix import Matrix, load_matrix
 from neuron_torch.render_docker import args_path, build_args, read_args_file
 from tests.testbed.harness import CELL, DOCKER, TEST_MATRIX, built_testbed, docker, require_docker, scan_image
@@ -85,7 +86,7 @@ def test_dry_run_tags_the_default_cell_latest(capsys: pytest.CaptureFixture[str]
     if not matrix.cell(CELL).lock_path.is_file():
         pytest.skip("the test cell's lock is missing (scripts/testbed.sh build makes it)")
     bundle = tmp_path / "ca.pem"
-    bundle.write_text("not a real CA\n")
+    bundle.write_text("-----BEGIN CERTIFICATE-----\nnot a real CA\n-----END CERTIFICATE-----\n")
     argv = ["--matrix", str(TEST_MATRIX), "build", "image", "--cell", CELL, "--dry-run", "--ca-bundle", str(bundle)]
     assert main(argv) == 0
     out = capsys.readouterr().out
@@ -229,9 +230,21 @@ def test_a_lock_with_an_edited_hash_fails_the_build_naming_the_package(image: Bu
     broken = tmp_path / "lock.txt"
     broken.write_text(edited)
     matrix = image.matrix
-    build = plan_image_build(
-        matrix, matrix.cell(CELL), tags=("neuron-torch:broken-hash",), network="host", lock=broken, target="venv"
+    # The lock gate refuses it before docker runs ...
+    with pytest.raises(NeuronTorchError, match=r"mpmath 1\.3\.0: its hashes do not match the lock's seal"):
+        plan_image_build(matrix, matrix.cell(CELL), lock=broken)
+    # ... and pip inside the build refuses it too, should an edited lock reach the build context some other way.
+    good = plan_image_build(
+        matrix, matrix.cell(CELL), tags=("neuron-torch:broken-hash",), network="host", target="venv"
     )
+    stage_dir = good.stage_dir.with_name(f"{CELL}-edited-hash-test")  # beside, not over, the image's own stage
+    shutil.copytree(good.stage_dir, stage_dir, dirs_exist_ok=True)
+    (stage_dir / "lock.txt").write_text(edited)
+    cell_dir = f"CELL_DIR={good.stage_dir.relative_to(matrix.root).as_posix()}"
+    command = [
+        f"CELL_DIR={stage_dir.relative_to(matrix.root).as_posix()}" if a == cell_dir else a for a in good.command
+    ]
+    build = replace(good, command=tuple(command), stage_dir=stage_dir)
     result = subprocess.run(
         build.command, capture_output=True, text=True, env={"DOCKER_BUILDKIT": "1", "PATH": "/usr/bin:/bin"}
     )
