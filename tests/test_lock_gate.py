@@ -60,7 +60,7 @@ BAD_LOCKS: dict[str, tuple[Callable[[dict[str, str]], str], str]] = {
     ),
     "a pip-compile lock, not sealed": (
         lambda locks: re.sub(r"^# .*\n", "", locks[CELL], flags=re.MULTILINE),
-        "not sealed by neuron-torch (a plain pip-compile lock?): check its routing and seal it with",
+        "not sealed (a plain pip-compile lock?): builds, bundles and the Ansible provisioning take only a sealed lock",
     ),
 }
 
@@ -75,6 +75,8 @@ def assert_refused(code: int, output: str, case: str) -> None:
     assert code == 2, output
     assert "refusing the lock" in output and BAD_LOCKS[case][1] in output, output
     assert re.search(rf"`neuron-torch (--matrix \S+ )?lock --cell {CELL}`", output), output  # the fix, same release
+    if case in ("an edited hash", "nvidia appended, unsealed", "a pip-compile lock, not sealed"):
+        assert re.search(rf"`neuron-torch (--matrix \S+ )?lock --seal \S+ --cell {CELL}`", output), output
     assert "Traceback" not in output
 
 

@@ -1,6 +1,7 @@
 """Locks that pip-tools users recognise, tried for real against the test bed: `pip install --require-hashes -r LOCK`
 and `pip-sync LOCK` take a `neuron-torch lock` as it is, `lock --resolver pip-tools` runs pip-compile, and a lock
-made by pip-compile itself is checked, sealed (`lock --seal`) and accepted by the consumers' lock gate.
+made by pip-compile itself passes `check` as pip wrote it (unsealed, said so), is refused by the consumers' lock gate
+until `lock --seal` seals it, and is accepted once sealed.
 
 These install the test cell's real CPU torch into throwaway venvs (pip's download cache is shared between them).
 """
@@ -152,9 +153,17 @@ def test_a_pip_compile_lock_is_checked_sealed_and_accepted(
 ) -> None:
     lock = tmp_path / "requirements.txt"
     lock.write_text(user_lock)
-    code, output = run_cli(capsys, "check", "--lock", str(lock), "--cell", CELL)
-    assert code == 1
-    assert output.count("problem:") == 1 and f"lock --seal {lock} --cell {CELL}`" in output, output
+    seal = f"`neuron-torch --matrix {TEST_MATRIX} lock --seal {lock} --cell {CELL}`"
+    code, output = run_cli(capsys, "check", "--lock", str(lock), "--cell", CELL)  # accepted as pip wrote it
+    assert code == 0, output
+    assert f"{lock}: a sound lock of {CELL} (every hash is a file of its routed index), not sealed" in output
+    assert seal in output and "problem" not in output, output
+    # The consumers' gate refuses it until it is sealed, naming the command that seals it.
+    for argv in (["check", "--sealed"], ["build", "image", "--dry-run"]):
+        code, output = run_cli(capsys, *argv[:-1], "--lock", str(lock), "--cell", CELL, argv[-1])
+        assert code == 2 and "refusing the lock" in output and f"{lock}: not sealed" in output, output
+        assert seal in output, output
+    assert lock.read_text() == user_lock
     code, output = run_cli(capsys, "lock", "--seal", str(lock), "--cell", CELL)
     assert code == 0 and "sealed" in output, output
     assert locked(lock) == locked(bed_lock)
@@ -180,9 +189,10 @@ def test_seal_refuses_a_hash_that_is_not_a_file_of_the_routed_index(
     assert first_torch_hash is not None
     lock.write_text(text.replace(first_torch_hash[0], first_torch_hash[0] + f" \\\n    --hash=sha256:{cuda_torch}"))
     before = lock.read_text()
-    code, output = run_cli(capsys, "lock", "--seal", str(lock), "--cell", CELL)
-    assert code == 1
-    assert "torch==2.13.0+cpu: 1 of its hashes" in output and "'pytorch-cpu' index" in output, output
+    for argv in (["lock", "--seal", str(lock)], ["check", "--lock", str(lock)]):  # check reads the routing too
+        code, output = run_cli(capsys, *argv, "--cell", CELL)
+        assert code == 1, output
+        assert "torch==2.13.0+cpu: 1 of its hashes" in output and "'pytorch-cpu' index" in output, output
     assert lock.read_text() == before  # nothing written
     assert not list(tmp_path.glob(".*.tmp"))
 

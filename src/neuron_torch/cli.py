@@ -16,8 +16,8 @@ from neuron_torch.build import plan_image_build, run_image_build
 from neuron_torch.cellinfo import caveats, cell_record, install_route, relative
 from neuron_torch.check import problems
 from neuron_torch.errors import EXIT_FAILED, EXIT_OK, NeuronTorchError
-from neuron_torch.lock import RESOLVERS, lock_cell, seal_lock
-from neuron_torch.lockfile import lock_problems, read_lock
+from neuron_torch.lock import RESOLVERS, check_routing, lock_cell, seal_lock
+from neuron_torch.lockfile import gate_lock, lock_problems, read_lock, seal_command
 from neuron_torch.manifest import compare, format_findings, read_manifest, release_packages, vendored_manifest
 from neuron_torch.matrix import Matrix, load_matrix
 from neuron_torch.mirror import ENV_VAR as MIRROR_ENV_VAR
@@ -142,9 +142,25 @@ def cmd_check(args: argparse.Namespace, matrix: Matrix) -> int:
     if args.lock or args.cell:
         if not (args.lock and args.cell):
             raise NeuronTorchError("check --lock FILE needs --cell ID (the cell the lock is for), and the reverse")
-        found = lock_problems(read_lock(args.lock), matrix, matrix.cell(args.cell))
-        if not found:
+        cell = matrix.cell(args.cell)
+        if args.sealed:  # the consumers' gate (the Ansible provisioning runs this)
+            gate_lock(matrix, cell, args.lock)
             print(f"{args.lock}: a sound, sealed lock of {args.cell}")
+            return EXIT_OK
+        lock = read_lock(args.lock)
+        found = lock_problems(lock, matrix, cell)
+        if not found and lock.sealed:
+            print(f"{args.lock}: a sound, sealed lock of {args.cell}")
+            return EXIT_OK
+        if not found:  # pip-compile's lock as pip wrote it: sound once every hash is a file of its routed index
+            index_urls = dict(_parse_index(value) for value in args.index)
+            check_routing(matrix, lock, index_urls=index_urls, ca_bundle=args.ca_bundle)
+            seal = seal_command(str(args.lock), cell) + "".join(f" --index {shlex.quote(v)}" for v in args.index)
+            print(
+                f"{args.lock}: a sound lock of {args.cell} (every hash is a file of its routed index), not sealed: "
+                f"pip and pip-sync take it as it is; builds, bundles and the Ansible provisioning take it once "
+                f"sealed: {with_options(f'`{seal}`', args)}"
+            )
             return EXIT_OK
     else:
         found = problems(matrix)
@@ -252,6 +268,10 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("check", help="validate the matrix, generated files and locks (or one lock: the lock gate)")
     p.add_argument("--lock", type=Path, metavar="FILE", help="check only this lock, as every consumer does")
     p.add_argument("--cell", help="the cell the --lock is for")
+    p.add_argument("--sealed", action="store_true", help="also require the seal (the gate of builds and bundles)")
+    p.add_argument("--index", action="append", default=[], metavar="NAME=URL", help="read an unsealed lock's "
+                   "routing from this index instead of the release's (a mirror)")  # fmt: skip
+    p.add_argument("--ca-bundle", type=Path, help="extra CA bundle (PEM) for TLS-intercepting proxies")
     p.set_defaults(handler=cmd_check)
 
     add_build_command(sub)

@@ -23,7 +23,7 @@ from pathlib import Path
 
 from neuron_torch.errors import EXIT_FAILED, NeuronTorchError
 from neuron_torch.files import check_ca_bundle
-from neuron_torch.lockfile import LockedPackage, lock_problems, read_lock, render_lock
+from neuron_torch.lockfile import Lock, LockedPackage, lock_problems, read_lock, render_lock
 from neuron_torch.matrix import Cell, Index, Matrix
 from neuron_torch.routing import IndexReader
 
@@ -158,6 +158,14 @@ def seal_lock(
     return target
 
 
+def check_routing(
+    matrix: Matrix, lock: Lock, *, index_urls: Mapping[str, str] | None = None, ca_bundle: Path | None = None
+) -> None:
+    """Check an unsealed lock's routing as `--seal` does, writing nothing: every hash a file of its routed index."""
+    _check_inputs(ca_bundle, None)
+    attribute_sources(matrix, routed_indexes(matrix, index_urls), lock.packages, IndexReader(ca_bundle))
+
+
 def check_target(target: Path) -> None:
     """The lock's destination must be a file path whose folder can be made."""
     if target.is_dir():
@@ -205,7 +213,9 @@ def attribute_sources(
         attributed.append(replace(package, index_url=index.url))
     if problems:
         raise NeuronTorchError(
-            "the lock holds files from the wrong index, so it was not written:\n  " + "\n  ".join(problems) + "\n"
+            "the lock holds files from the wrong index, so it was not sealed or written:\n  "
+            + "\n  ".join(problems)
+            + "\n"
             "Lock with the default resolver (uv routes each package to its own index), or remove those hashes.",
             EXIT_FAILED,
         )

@@ -179,16 +179,27 @@ def render_lock(
     return "\n".join(lines) + "\n" + seal_block(packages)
 
 
+def seal_command(where: str, cell: Cell) -> str:
+    return f"neuron-torch lock --seal {where} --cell {cell.id}"
+
+
+def seal_problems(lock: Lock, cell: Cell) -> list[str]:
+    """What keeps a sound lock out of the consumers: a lock pip-compile wrote is sound for pip, but until sealed
+    nothing records that its hashes were checked against their routed indexes, and no edit would be noticed."""
+    if lock.sealed:
+        return []
+    return [
+        f"{lock.path}: not sealed (a plain pip-compile lock?): builds, bundles and the Ansible provisioning take "
+        f"only a sealed lock; `{seal_command(str(lock.path), cell)}` checks its routing and seals it"
+    ]
+
+
 def lock_problems(lock: Lock, matrix: Matrix, cell: Cell) -> list[str]:
-    """Every way the lock breaks the release's rules; empty when it is sound."""
+    """Every way the lock breaks the release's rules; empty when it is sound. An unsealed lock (pip-compile's, as
+    pip wrote it) is checked for everything but seal and recorded sources: see seal_problems and `check --lock`."""
     where = str(lock.path)
     problems: list[str] = []
-    if not lock.sealed:
-        problems.append(
-            f"{where}: not sealed by neuron-torch (a plain pip-compile lock?): check its routing and seal it with "
-            f"`neuron-torch lock --seal {where} --cell {cell.id}`"
-        )
-    elif lock.cell_id != cell.id:
+    if lock.sealed and lock.cell_id != cell.id:
         problems.append(
             f"{where}: the lock says it is for cell {lock.cell_id!r}, not {cell.id}: "
             f"pass the lock of {cell.id} (`neuron-torch lock --cell {cell.id}`)"
@@ -196,6 +207,7 @@ def lock_problems(lock: Lock, matrix: Matrix, cell: Cell) -> list[str]:
     if not lock.packages:
         problems.append(f"{where}: the lock holds no packages")
 
+    reseal = f"regenerate it (`neuron-torch lock --cell {cell.id}`) or recheck it (`{seal_command(where, cell)}`)"
     index_names = {url.rstrip("/"): name for name, url in lock.indexes.items()}
     for package in lock.packages:
         label = f"{where}: {package.name} {package.version}"
@@ -213,11 +225,9 @@ def lock_problems(lock: Lock, matrix: Matrix, cell: Cell) -> list[str]:
             continue  # one problem above says how to seal it; seal and source are recorded by sealing
         expected_seal = lock.seals.get(package.pin)
         if expected_seal is None:
-            problems.append(f"{label}: not in the lock's seal; the lock was edited by hand: run neuron-torch lock")
+            problems.append(f"{label}: not in the lock's seal; the lock was edited by hand: {reseal}")
         elif expected_seal != package.seal():
-            problems.append(
-                f"{label}: its hashes do not match the lock's seal (a hash was edited); regenerate the lock"
-            )
+            problems.append(f"{label}: its hashes do not match the lock's seal (a hash was edited): {reseal}")
         if lock.offline:
             continue  # an offline lock came from a find-links folder: no index to route by
         expected_index = matrix.index_for(package.name).name
@@ -248,12 +258,12 @@ def gate_lock(matrix: Matrix, cell: Cell, path: Path) -> Lock:
     """The one lock gate of every consumer (build image, build ami, bundle, `check --lock`): the lock must be for this
     cell, sealed and unedited, and free of CUDA torch, the PyPI placeholder and nvidia-*; refused before any work."""
     lock = read_lock(path)
-    problems = lock_problems(lock, matrix, cell)
+    problems = seal_problems(lock, cell) + lock_problems(lock, matrix, cell)
     if problems:
         raise NeuronTorchError(
             f"refusing the lock {path} for {cell.id} ({len(problems)} problem(s)):\n  "
             + "\n  ".join(problems)
             + f"\nUse the cell's own lock: `neuron-torch lock --cell {cell.id}` writes it"
-            + f" (a pip-compile lock: `neuron-torch lock --seal FILE --cell {cell.id}` checks and seals it)."
+            + f" (a pip-compile lock or an edited one: `{seal_command(str(path), cell)}` checks and seals it)."
         )
     return lock
