@@ -8,6 +8,7 @@ import json
 import os
 import re
 import subprocess
+import sys
 from collections.abc import Callable
 from pathlib import Path
 
@@ -169,3 +170,23 @@ def test_build_ami_takes_a_lock_and_packer_variables(
     assert len(build) == 1 and "-var=region=eu-west-1" in build[0] and "-var=lock_file=my-lock.txt" in build[0]
     assert main([*argv, "--var", "region"]) == 2
     assert "--var takes NAME=VALUE" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("case", sorted(BAD_LOCKS))
+def test_the_gate_script_the_image_build_runs_refuses_alone(
+    tmp_path: Path, matrix: Matrix, good_locks: dict[str, str], case: str
+) -> None:
+    """src/neuron_torch/lockgate.py as the Dockerfile runs it: a bare interpreter, no neuron_torch importable."""
+    rules = tmp_path / "gate.json"
+    rules.write_text(json.dumps({"forbidden": matrix.forbidden}))
+    script = REPO / "src" / "neuron_torch" / "lockgate.py"
+    env = {"PATH": os.environ["PATH"]}
+    for name, text, code in (("good.txt", good_locks[CELL], 0), ("bad.txt", BAD_LOCKS[case][0](good_locks), 1)):
+        (tmp_path / name).write_text(text)
+        argv = [sys.executable, "-I", str(script), "--cell", CELL, "--rules", str(rules), str(tmp_path / name)]
+        result = subprocess.run(argv, capture_output=True, text=True, env=env, cwd=tmp_path)
+        output = result.stdout + result.stderr
+        assert result.returncode == code, output
+        if code:
+            assert f"lock gate: refusing the lock {tmp_path / name} for {CELL}" in output, output
+            assert BAD_LOCKS[case][1] in output and "Traceback" not in output, output

@@ -85,6 +85,8 @@ def stage(matrix: Matrix, cell: Cell, lock: Path, *, write: bool = True) -> Path
     record = cell_record(matrix, cell)
     record["locked"] = {package.name: package.version for package in read_lock(lock).packages}
     (folder / "cell.json").write_text(json.dumps(record, indent=2) + "\n", encoding="utf-8")
+    gate = {"forbidden": matrix.forbidden}  # the rules lockgate.py applies inside the build, before pip
+    (folder / "gate.json").write_text(json.dumps(gate, indent=2) + "\n", encoding="utf-8")
     return folder
 
 

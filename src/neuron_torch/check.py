@@ -30,7 +30,7 @@ def problems(matrix: Matrix) -> list[str]:
                 continue
             try:
                 lock = read_lock(path)  # the consumers read these: each must be sealed
-                found += seal_problems(lock, cell) + lock_problems(lock, matrix, cell)
+                found += seal_problems(lock, cell.id) + lock_problems(lock, matrix, cell)
             except NeuronTorchError as error:  # an unreadable lock is one problem; the others are still checked
                 found.append(str(error))
     return found

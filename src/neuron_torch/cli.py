@@ -155,7 +155,7 @@ def cmd_check(args: argparse.Namespace, matrix: Matrix) -> int:
         if not found:  # pip-compile's lock as pip wrote it: sound once every hash is a file of its routed index
             index_urls = dict(_parse_index(value) for value in args.index)
             check_routing(matrix, lock, index_urls=index_urls, ca_bundle=args.ca_bundle)
-            seal = seal_command(str(args.lock), cell) + "".join(f" --index {shlex.quote(v)}" for v in args.index)
+            seal = seal_command(str(args.lock), cell.id) + "".join(f" --index {shlex.quote(v)}" for v in args.index)
             print(
                 f"{args.lock}: a sound lock of {args.cell} (every hash is a file of its routed index), not sealed: "
                 f"pip and pip-sync take it as it is; builds, bundles and the Ansible provisioning take it once "

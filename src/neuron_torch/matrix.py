@@ -16,6 +16,8 @@ from typing import Any
 
 from neuron_torch.errors import MatrixError, NeuronTorchError, UnsupportedError
 from neuron_torch.files import read_text
+from neuron_torch.lockgate import canonical_name as canonical_name  # re-exported: the name every module uses
+from neuron_torch.lockgate import forbidden_reason
 
 SCHEMA = 1
 DEFAULT_MATRIX = Path("constraints") / "matrix.toml"
@@ -287,19 +289,7 @@ class Matrix:
 
     def forbidden_reason(self, package: str, version: str) -> str | None:
         """Why a locked package must never be installed, or None when it may be."""
-        name = canonical_name(package)
-        for pattern, reason in self.forbidden.items():
-            pattern_name, _, pattern_version = pattern.partition("==")
-            if fnmatch.fnmatch(name, canonical_name(pattern_name)) and (
-                not pattern_version or version == pattern_version
-            ):
-                return reason
-        return None
-
-
-def canonical_name(name: str) -> str:
-    """PEP 503 normalisation: `Torch_NeuronX` -> `torch-neuronx`."""
-    return re.sub(r"[-_.]+", "-", name).lower()
+        return forbidden_reason(self.forbidden, package, version)
 
 
 def _python_key(python: str) -> tuple[int, ...]:
