@@ -123,8 +123,9 @@ def _version_matches(version: str, wanted: str) -> bool:
 
 
 def gate_lock(matrix: Matrix, cell: Cell, path: Path) -> Lock:
-    """The one lock gate of every consumer (build image, build ami, bundle, `check --lock`): the lock must be for this
-    cell, sealed and unedited, and free of CUDA torch, the PyPI placeholder and nvidia-*; refused before any work."""
+    """The one lock gate of every consumer (build image, build ami, bundle, `check --lock --sealed` in the Ansible
+    provisioning): the lock must be for this cell, sealed and unedited, and free of CUDA torch, the PyPI placeholder
+    and nvidia-*; refused before any work. The image build reapplies lockgate.py's part of it inside the Dockerfile."""
     lock = read_lock(path)
     problems = seal_problems(lock, cell.id) + lock_problems(lock, matrix, cell)
     if problems:
