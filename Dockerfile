@@ -53,17 +53,22 @@ RUN --mount=type=secret,id=ca \
     && mkdir -p /opt/neuron-torch/python \
     && neuron-torch-python --version
 
-# The venv, filled only from the cell's hash lock (--require-hashes --no-deps), then checked.
+# The venv, filled only from the cell's hash lock (--require-hashes --no-deps), then checked. First the lock gate
+# (src/neuron_torch/lockgate.py, the same file `neuron-torch build image` applies): a lock for another cell, an
+# unsealed or edited one, or one holding a CUDA torch, the PyPI placeholder or nvidia-* stops the build before pip.
 FROM python AS venv
 SHELL ["/bin/bash", "-o", "pipefail", "-c"]
 ARG CELL_DIR
+ARG CELL_ID
 ARG INDEX_URL
 ARG EXTRA_INDEX_URLS=""
 ARG PINS
-COPY images/docker/assert-pins.py /usr/local/lib/neuron-torch/assert-pins.py
-COPY ${CELL_DIR}/lock.txt /etc/neuron-torch/lock.txt
+COPY images/docker/assert-pins.py src/neuron_torch/lockgate.py /usr/local/lib/neuron-torch/
+COPY ${CELL_DIR}/lock.txt ${CELL_DIR}/gate.json /etc/neuron-torch/
 RUN --mount=type=secret,id=ca --mount=type=cache,id=neuron-torch-pip,target=/root/.cache/pip \
-    if [ -s /run/secrets/ca ]; then export PIP_CERT=/run/secrets/ca; fi \
+    neuron-torch-python /usr/local/lib/neuron-torch/lockgate.py --cell "$CELL_ID" \
+      --rules /etc/neuron-torch/gate.json /etc/neuron-torch/lock.txt \
+    && if [ -s /run/secrets/ca ]; then export PIP_CERT=/run/secrets/ca; fi \
     && "$(readlink -f /usr/local/bin/neuron-torch-python)" -m venv /opt/neuron-torch/venv \
     && PIP_CONFIG_FILE=/dev/null PIP_EXTRA_INDEX_URL="$EXTRA_INDEX_URLS" /opt/neuron-torch/venv/bin/pip install \
          --disable-pip-version-check --require-hashes --no-deps --index-url "$INDEX_URL" -r /etc/neuron-torch/lock.txt \

@@ -2,6 +2,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -193,3 +194,10 @@ def test_a_closed_pipe_stops_quietly() -> None:
     os.close(write)
     assert proc.returncode == 1
     assert proc.stderr == ""
+
+
+def test_help_lists_the_commands_in_a_users_order(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit):
+        main(["--help"])
+    listed = re.findall(r"^    (\w+) ", capsys.readouterr().out, re.MULTILINE)
+    assert listed == ["matrix", "cell", "instance", "lock", "check", "build", "bundle", "manifest", "render"]

@@ -23,6 +23,7 @@ import pytest
 
 from neuron_torch.build import plan_image_build, run_image_build
 from neuron_torch.cli import main
+from neuron_torch.errors import NeuronTorchError
 from neuron_torch.matrix import Matrix, load_matrix
 from neuron_torch.render_docker import args_path, build_args, read_args_file
 from tests.testbed.harness import CELL, DOCKER, TEST_MATRIX, built_testbed, docker, require_docker, scan_image
@@ -85,7 +86,7 @@ def test_dry_run_tags_the_default_cell_latest(capsys: pytest.CaptureFixture[str]
     if not matrix.cell(CELL).lock_path.is_file():
         pytest.skip("the test cell's lock is missing (scripts/testbed.sh build makes it)")
     bundle = tmp_path / "ca.pem"
-    bundle.write_text("not a real CA\n")
+    bundle.write_text("-----BEGIN CERTIFICATE-----\nnot a real CA\n-----END CERTIFICATE-----\n")
     argv = ["--matrix", str(TEST_MATRIX), "build", "image", "--cell", CELL, "--dry-run", "--ca-bundle", str(bundle)]
     assert main(argv) == 0
     out = capsys.readouterr().out
@@ -220,25 +221,62 @@ def test_testinfra_suite_passes_against_the_image(image: BuiltImage, container: 
     assert re.search(r"\b1[0-9] passed", result.stdout), result.stdout
 
 
-def test_a_lock_with_an_edited_hash_fails_the_build_naming_the_package(image: BuiltImage, tmp_path: Path) -> None:
-    lock = (image.stage_dir / "lock.txt").read_text()
+def _edit_hash(lock: str) -> str:
     edited, count = re.subn(r"(mpmath==1\.3\.0 \\\n    --hash=sha256:)([0-9a-f])", r"\g<1>0", lock)
     if edited == lock:
         edited, count = re.subn(r"(mpmath==1\.3\.0 \\\n    --hash=sha256:)([0-9a-f])", r"\g<1>1", lock)
     assert count == 1 and edited != lock, "the test lock has no mpmath==1.3.0 entry to break"
+    return edited
+
+
+# Locks the gate inside the image build must refuse, and the problem it names (lockgate.py, as the CLI's gate).
+BROKEN_LOCKS = {
+    "an edited hash": (_edit_hash, "mpmath 1.3.0: its hashes do not match the lock's seal"),
+    "another cell": (
+        lambda lock: lock.replace(f"# cell: {CELL}", "# cell: 2.13-py3.12-debian13"),
+        f"cell '2.13-py3.12-debian13', not {CELL}",
+    ),
+    "unsealed": (lambda lock: re.sub(r"^# .*\n", "", lock, flags=re.MULTILINE), ": not sealed (a plain pip-compile"),
+    "CUDA torch, nvidia-*": (
+        lambda lock: (
+            lock.replace("torch==2.13.0+cpu", "torch==2.13.0") + f"nvidia-nccl-cu12==2.21.5 --hash=sha256:{'0' * 64}\n"
+        ),
+        "nvidia-nccl-cu12 2.21.5: forbidden",
+    ),
+}
+
+
+@pytest.mark.parametrize("case", sorted(BROKEN_LOCKS))
+def test_the_image_build_itself_refuses_a_bad_lock_before_pip(image: BuiltImage, tmp_path: Path, case: str) -> None:
+    edit, expected = BROKEN_LOCKS[case]
+    edited = edit((image.stage_dir / "lock.txt").read_text())
     broken = tmp_path / "lock.txt"
     broken.write_text(edited)
     matrix = image.matrix
-    build = plan_image_build(
-        matrix, matrix.cell(CELL), tags=("neuron-torch:broken-hash",), network="host", lock=broken, target="venv"
+    # The lock gate refuses it before docker runs ...
+    with pytest.raises(NeuronTorchError, match=re.escape(expected)):
+        plan_image_build(matrix, matrix.cell(CELL), lock=broken)
+    # ... and so does the build, with the same gate, should a bad lock reach the build context some other way.
+    good = plan_image_build(
+        matrix, matrix.cell(CELL), tags=("neuron-torch:broken-lock",), network="host", target="venv"
     )
-    result = subprocess.run(
-        build.command, capture_output=True, text=True, env={"DOCKER_BUILDKIT": "1", "PATH": "/usr/bin:/bin"}
-    )
+    stage_dir = good.stage_dir.with_name(f"{CELL}-broken-lock-test")  # beside, not over, the image's own stage
+    shutil.copytree(good.stage_dir, stage_dir, dirs_exist_ok=True)
+    (stage_dir / "lock.txt").write_text(edited)
+    cell_dir = f"CELL_DIR={good.stage_dir.relative_to(matrix.root).as_posix()}"
+    command = [
+        f"CELL_DIR={stage_dir.relative_to(matrix.root).as_posix()}" if a == cell_dir else a for a in good.command
+    ]
+    try:
+        result = subprocess.run(
+            command, capture_output=True, text=True, env={"DOCKER_BUILDKIT": "1", "PATH": "/usr/bin:/bin"}
+        )
+    finally:
+        shutil.rmtree(stage_dir, ignore_errors=True)
     output = result.stdout + result.stderr
     assert result.returncode != 0, output[-3000:]
-    assert "DO NOT MATCH THE HASHES" in output and "mpmath" in output, output[-3000:]
-    shutil.rmtree(build.stage_dir, ignore_errors=True)
+    assert "lock gate: refusing the lock /etc/neuron-torch/lock.txt" in output and expected in output, output[-3000:]
+    assert "Collecting" not in output and "Downloading" not in output, output[-3000:]  # pip never ran
 
 
 def test_a_ca_bundle_is_only_a_build_secret(image: BuiltImage, tmp_path: Path) -> None:

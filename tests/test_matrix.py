@@ -58,9 +58,15 @@ def test_unsupported_cells_name_the_reason_and_the_choices(matrix: Matrix, cell_
 def test_instances(matrix: Matrix) -> None:
     assert matrix.instance("trn2.48xlarge").expected_devices == 64
     assert matrix.instance("trn2.3xlarge").expected_devices is None
-    for bad, text in [("trn1.32xlarge", "Trn1"), ("inf2.xlarge", "Inf2"), ("trn2.7xlarge", "not listed")]:
+    for bad, text in [("trn1.32xlarge", "Trn1"), ("inf2.xlarge", "Inf2"), ("p5.48xlarge", "not supported")]:
         with pytest.raises(UnsupportedError, match=text):
             matrix.instance(bad)
+    # A size of a supported family that the release does not list: unknown where undocumented, not an error.
+    unlisted = matrix.instance("trn3.3xlarge")
+    assert (unlisted.family, unlisted.expected_devices) == ("trn3", None)
+    assert "not listed" in unlisted.note
+    with pytest.raises(UnsupportedError, match=r"arm64 is not supported: TorchNeuron in Neuron 2\.33 is Linux x86_64"):
+        matrix.cell("2.14-py3.13-ubuntu26.04-arm64")
     with pytest.raises(UnsupportedError, match="x86_64 only"):
         matrix.require_arch("aarch64")
 

@@ -67,7 +67,7 @@ def test_unknown_index_name_is_refused(matrix: Matrix, tmp_path: Path) -> None:
     ("text", "message"),
     [
         ('[apt]\nkey_fingerprint = "ABCD"\n', "40 hex digits"),
-        ('ca_bundle = "missing.pem"\n', "does not exist"),
+        ('ca_bundle = "missing.pem"\n', "no such CA bundle"),
         ('[mirrors]\nx = "y"\n', "unknown key"),
         ("[apt\n", "not valid TOML"),
     ],

@@ -11,9 +11,12 @@ from pathlib import Path
 
 import pytest
 
+from neuron_torch.cli import main as cli_main
+from neuron_torch.errors import NeuronTorchError
 from neuron_torch.matrix import Matrix, load_matrix
 from neuron_torch.packer import build, fmt_check, is_legacy, packer_version, stage_templates, validate
 from neuron_torch.render_packer import cell_var_file, var_file_path
+from tests.testbed.fixture_indexes import build_release_indexes
 
 REPO = Path(__file__).resolve().parents[1]
 TEST_CELL = "2.13-py3.11-debian12"
@@ -93,8 +96,13 @@ def test_amazon_ebs_build_refused_on_legacy_packer(matrix: Matrix, tmp_path: Pat
     if not is_legacy(packer_version()):
         pytest.skip("this packer supports metadata_options")
     cell = matrix.cell(matrix.release.default_cell)
-    with pytest.raises(Exception, match="IMDSv2"):
-        build(matrix, cell.id, only="amazon-ebs")
+    # The lock gate comes first (before any work), so the refusal is shown with a sound lock of the cell.
+    indexes = build_release_indexes(matrix, tmp_path / "indexes")
+    lock = tmp_path / "lock.txt"
+    args = [arg for name, url in indexes.items() for arg in ("--index", f"{name}={url}")]
+    assert cli_main(["lock", "--cell", cell.id, *args, "--out", str(lock)]) == 0
+    with pytest.raises(NeuronTorchError, match="IMDSv2"):
+        build(matrix, cell.id, only="amazon-ebs", lock=lock)
 
 
 def _testbed_up() -> bool:

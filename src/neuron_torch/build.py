@@ -9,6 +9,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 import shutil
 import subprocess
 from dataclasses import dataclass
@@ -17,11 +18,18 @@ from urllib.parse import urlsplit
 
 from neuron_torch.cellinfo import cell_record, relative
 from neuron_torch.errors import NeuronTorchError
-from neuron_torch.lockfile import read_lock
+from neuron_torch.files import check_ca_bundle
+from neuron_torch.lockfile import gate_lock, pip_options, read_lock, read_lock_text, with_pip_options
 from neuron_torch.matrix import Cell, Matrix
 from neuron_torch.render_docker import build_args
 
 IMAGE = "neuron-torch"
+# docker's reference grammar (distribution/reference): [host[:port]/]name-components[:tag]
+_TAG = re.compile(
+    r"(?:[a-zA-Z0-9](?:[a-zA-Z0-9.-]*[a-zA-Z0-9])?(?::[0-9]+)?/)?"
+    r"[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*(?:/[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*)*"
+    r"(?::[A-Za-z0-9_][A-Za-z0-9_.-]{0,127})?"
+)
 
 
 @dataclass(frozen=True)
@@ -51,28 +59,34 @@ def serves_on_loopback(matrix: Matrix) -> bool:
 
 
 def require_lock(matrix: Matrix, cell: Cell, lock: Path | None) -> Path:
+    """The lock images and AMIs may install: it exists and passes the lock gate (lockfile.gate_lock)."""
     path = lock or cell.lock_path
-    if path.is_file():
-        return path
-    message = (
-        f"cell {cell.id} has no lock at {relative(path, matrix)}: images and AMIs install only from a hash lock. "
-        f"Run `neuron-torch lock --cell {cell.id}` where the indexes are reachable (or pass --lock FILE)."
-    )
-    if not cell.os.wheels_available:
-        message += f" Note: {cell.os.wheels_note}"
-    raise NeuronTorchError(message)
+    if not path.exists():
+        message = (
+            f"cell {cell.id} has no lock at {relative(path, matrix)}: images and AMIs install only from a hash lock. "
+            f"Run `neuron-torch lock --cell {cell.id}` where the indexes are reachable (or pass --lock FILE)."
+        )
+        if not cell.os.wheels_available:
+            message += f" Note: {cell.os.wheels_note}"
+        raise NeuronTorchError(message)
+    gate_lock(matrix, cell, path)
+    return path
 
 
-def stage(matrix: Matrix, cell: Cell, lock: Path) -> Path:
+def stage(matrix: Matrix, cell: Cell, lock: Path, *, write: bool = True) -> Path:
     """Write the lock and the cell record (with the locked versions) where the Dockerfile's COPY finds them."""
-    text = lock.read_text(encoding="utf-8")
+    text = with_pip_options(read_lock_text(lock), pip_options(matrix.indexes, None))  # the build's own indexes
     digest = hashlib.sha256(text.encode()).hexdigest()[:12]
     folder = matrix.root / "build" / "image" / f"{cell.id}-{digest}"
+    if not write:
+        return folder  # a dry run names the folder and writes nothing
     folder.mkdir(parents=True, exist_ok=True)
     (folder / "lock.txt").write_text(text, encoding="utf-8")
     record = cell_record(matrix, cell)
     record["locked"] = {package.name: package.version for package in read_lock(lock).packages}
     (folder / "cell.json").write_text(json.dumps(record, indent=2) + "\n", encoding="utf-8")
+    gate = {"forbidden": matrix.forbidden}  # the rules lockgate.py applies inside the build, before pip
+    (folder / "gate.json").write_text(json.dumps(gate, indent=2) + "\n", encoding="utf-8")
     return folder
 
 
@@ -87,12 +101,19 @@ def plan_image_build(
     target: str | None = None,
     no_cache: bool = False,
     proxy: dict[str, str] | None = None,
+    dry_run: bool = False,
 ) -> ImageBuild:
-    """Stage the cell's files and return the docker command that builds its image (nothing is built yet)."""
+    """Stage the cell's files (unless dry_run) and return the docker command that builds its image."""
     lock_path = require_lock(matrix, cell, lock)
-    if ca_bundle is not None and not ca_bundle.is_file():
-        raise NeuronTorchError(f"--ca-bundle {ca_bundle}: no such file")
-    stage_dir = stage(matrix, cell, lock_path)
+    if ca_bundle is not None:
+        check_ca_bundle(ca_bundle)
+    for tag in tags:
+        if not _TAG.fullmatch(tag):
+            raise NeuronTorchError(
+                f"--tag {tag!r} is not a docker image reference: NAME[:TAG], lowercase name parts of letters, digits "
+                "and . _ - separated by /, a tag of up to 128 letters, digits, . _ - (e.g. registry.example/ml/nt:1)"
+            )
+    stage_dir = stage(matrix, cell, lock_path, write=not dry_run)
     tags = tags or default_tags(matrix, cell)
     arguments = {**build_args(matrix, cell), "CELL_DIR": stage_dir.relative_to(matrix.root).as_posix()}
     command = [docker_binary(), "build", "--file", str(matrix.root / "Dockerfile"), "--progress", "plain"]

@@ -22,7 +22,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from neuron_torch.errors import EXIT_FAILED, NeuronTorchError
-from neuron_torch.lockfile import Lock, LockedPackage, read_lock
+from neuron_torch.files import check_new_folder, publish_folder, remove_tree
+from neuron_torch.lockfile import Lock, LockedPackage, gate_lock, read_lock_text, with_pip_options
 from neuron_torch.matrix import AptPackage, Cell, Matrix, canonical_name
 from neuron_torch.mirror import Mirror, redact
 
@@ -221,16 +222,26 @@ def make_bundle(
 ) -> Path:  # fmt: skip
     """Write the offline bundle of the cell to out (which must not exist or be empty); return the manifest path."""
     lock_file = lock_path or cell.lock_path
-    lock = read_lock(lock_file)
-    if lock.cell_id not in (None, cell.id):
-        raise NeuronTorchError(f"{lock_file} is the lock of {lock.cell_id}, not {cell.id}")
-    if out.exists() and any(out.iterdir()):
-        raise NeuronTorchError(f"{out} is not empty; bundle into a new folder")
-    out.mkdir(parents=True, exist_ok=True)
+    lock = gate_lock(matrix, cell, lock_file)
+    check_new_folder(out)
+    staged = out.parent / f".{out.name}.partial-{os.getpid()}"  # a sibling, renamed into place when complete
+    try:
+        staged.mkdir(parents=True)
+        _write_bundle(matrix, cell, staged, lock, lock_file, mirror, scopes)
+        publish_folder(staged, out)
+    finally:
+        remove_tree(staged)
+    return out / "manifest.json"
+
+
+def _write_bundle(
+    matrix: Matrix, cell: Cell, out: Path, lock: Lock, lock_file: Path, mirror: Mirror | None, scopes: tuple[str, ...]
+) -> None:
     wheels = download_wheels(matrix, cell, lock, out / "wheels", mirror)
     apt_packages = tuple(p for p in matrix.apt.packages if p.scope in scopes)
     debs = download_debs(matrix, cell, apt_packages, out / "apt", mirror)
-    shutil.copyfile(lock_file, out / "lock.txt")
+    # pip reads --find-links relative to the lock's folder: `pip install --require-hashes -r lock.txt` works offline.
+    (out / "lock.txt").write_text(with_pip_options(read_lock_text(lock_file), ["--no-index", "--find-links wheels"]))
     shutil.copyfile(INSTALL_SH, out / "install.sh")
     (out / "install.sh").chmod(0o755)
     manifest = {
@@ -252,4 +263,3 @@ def make_bundle(
     listed = [*debs, *wheels, BundleFile("lock.txt", sha256_file(out / "lock.txt"), "", "")]
     listed.append(BundleFile("install.sh", sha256_file(out / "install.sh"), "", ""))
     (out / "SHA256SUMS").write_text("".join(f"{f.sha256}  {f.path}\n" for f in sorted(listed, key=lambda f: f.path)))
-    return out / "manifest.json"

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Any
 
@@ -40,10 +41,20 @@ def cell_record(matrix: Matrix, cell: Cell) -> dict[str, Any]:
     }
 
 
+_DLAMI_FAMILY = re.compile(r'DLAMI "[^"]*torch-neuronx (\d+\.\d+)')
+
+
 def caveats(matrix: Matrix, cell: Cell) -> list[str]:
     notes = []
     if not cell.os.wheels_available:
         notes.append(cell.os.wheels_note)
+        dlami = _DLAMI_FAMILY.search(cell.os.wheels_note)
+        if dlami and dlami[1] != cell.family.name:
+            notes.append(
+                f"The DLAMI named above carries torch-neuronx {dlami[1]}, not this cell's {cell.family.name}: for "
+                f"torch-neuronx {cell.family.name} on {cell.os.id}, build it from source, or pick the cell "
+                f"{cell.family.name}-py{cell.python}-<an OS with wheels> (`neuron-torch matrix` lists them)."
+            )
     if cell.python_route != "distro":
         notes.append(
             f"Python {cell.python} is not {cell.os.id}'s own ({cell.os.default_python}): it is installed as a "

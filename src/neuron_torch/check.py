@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from neuron_torch.cellinfo import relative
 from neuron_torch.errors import NeuronTorchError
-from neuron_torch.lockfile import lock_problems, read_lock
+from neuron_torch.lockfile import lock_problems, read_lock, seal_problems
 from neuron_torch.manifest import vendored_manifest
 from neuron_torch.matrix import Matrix
 from neuron_torch.render import stale_files
@@ -28,5 +28,9 @@ def problems(matrix: Matrix) -> list[str]:
             if cell is None:
                 found.append(f"{relative(path, matrix)}: a lock for no cell of {matrix.release.name}; remove it")
                 continue
-            found += lock_problems(read_lock(path), matrix, cell)
+            try:
+                lock = read_lock(path)  # the consumers read these: each must be sealed
+                found += seal_problems(lock, cell.id) + lock_problems(lock, matrix, cell)
+            except NeuronTorchError as error:  # an unreadable lock is one problem; the others are still checked
+                found.append(str(error))
     return found

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import shlex
 import sys
 from collections.abc import Callable, Sequence
@@ -15,7 +16,8 @@ from neuron_torch.build import plan_image_build, run_image_build
 from neuron_torch.cellinfo import caveats, cell_record, install_route, relative
 from neuron_torch.check import problems
 from neuron_torch.errors import EXIT_FAILED, EXIT_OK, NeuronTorchError
-from neuron_torch.lock import lock_cell
+from neuron_torch.lock import RESOLVERS, check_routing, lock_cell, seal_lock
+from neuron_torch.lockfile import gate_lock, lock_problems, read_lock, seal_command
 from neuron_torch.manifest import compare, format_findings, read_manifest, release_packages, vendored_manifest
 from neuron_torch.matrix import Matrix, load_matrix
 from neuron_torch.mirror import ENV_VAR as MIRROR_ENV_VAR
@@ -61,7 +63,11 @@ def cmd_cell(args: argparse.Namespace, matrix: Matrix) -> int:
         print("caveats:")
         for note in notes:
             print(f"  - {note}")
-    lock = "present" if cell.lock_path.is_file() else "missing: run `neuron-torch lock --cell " + cell.id + "`"
+    lock = (
+        "present"
+        if cell.lock_path.is_file()
+        else with_options(f"missing: run `neuron-torch lock --cell {cell.id}`", args)
+    )
     print(f"constraints: {relative(cell.constraints_path, matrix)}\nlock: {relative(cell.lock_path, matrix)} ({lock})")
     return EXIT_OK
 
@@ -92,7 +98,8 @@ def cmd_render(args: argparse.Namespace, matrix: Matrix) -> int:
         for path in stale:
             print(f"stale: {relative(path, matrix)}", file=sys.stderr)
         if stale:
-            print(f"{len(stale)} generated file(s) are stale; run `neuron-torch render`", file=sys.stderr)
+            hint = f"{len(stale)} generated file(s) are stale; run `neuron-torch render`"
+            print(with_options(hint, args), file=sys.stderr)
             return EXIT_FAILED
         print("all generated files are up to date")
         return EXIT_OK
@@ -108,6 +115,13 @@ def cmd_lock(args: argparse.Namespace, matrix: Matrix) -> int:
     if args.out and len(cells) > 1:
         raise NeuronTorchError("--out names one file: use it with --cell, not --all")
     index_urls = dict(_parse_index(value) for value in args.index)
+    ca_bundle = args.ca_bundle or (args.mirror_settings.ca_bundle if args.mirror_settings else None)
+    if args.seal:
+        if args.all or args.find_links:
+            raise NeuronTorchError("--seal FILE seals one lock: use it with --cell ID, without --all or --find-links")
+        path = seal_lock(matrix, cells[0], args.seal, index_urls=index_urls, ca_bundle=ca_bundle, out=args.out)
+        print(f"sealed {cells[0].id} -> {relative(path, matrix)} (every hash is a file of its routed index)")
+        return EXIT_OK
     for cell in cells:
         if not cell.os.wheels_available:
             print(f"warning: {cell.id}: {cell.os.wheels_note}", file=sys.stderr)
@@ -115,18 +129,43 @@ def cmd_lock(args: argparse.Namespace, matrix: Matrix) -> int:
             matrix,
             cell,
             index_urls=index_urls,
-            ca_bundle=args.ca_bundle or (args.mirror_settings.ca_bundle if args.mirror_settings else None),
+            ca_bundle=ca_bundle,
             find_links=args.find_links,
             out=args.out,
+            resolver=args.resolver,
         )
         print(f"locked {cell.id} -> {relative(path, matrix)}")
     return EXIT_OK
 
 
 def cmd_check(args: argparse.Namespace, matrix: Matrix) -> int:
-    found = problems(matrix)
+    if args.lock or args.cell:
+        if not (args.lock and args.cell):
+            raise NeuronTorchError("check --lock FILE needs --cell ID (the cell the lock is for), and the reverse")
+        cell = matrix.cell(args.cell)
+        if args.sealed:  # the consumers' gate (the Ansible provisioning runs this)
+            gate_lock(matrix, cell, args.lock)
+            print(f"{args.lock}: a sound, sealed lock of {args.cell}")
+            return EXIT_OK
+        lock = read_lock(args.lock)
+        found = lock_problems(lock, matrix, cell)
+        if not found and lock.sealed:
+            print(f"{args.lock}: a sound, sealed lock of {args.cell}")
+            return EXIT_OK
+        if not found:  # pip-compile's lock as pip wrote it: sound once every hash is a file of its routed index
+            index_urls = dict(_parse_index(value) for value in args.index)
+            check_routing(matrix, lock, index_urls=index_urls, ca_bundle=args.ca_bundle)
+            seal = seal_command(str(args.lock), cell.id) + "".join(f" --index {shlex.quote(v)}" for v in args.index)
+            print(
+                f"{args.lock}: a sound lock of {args.cell} (every hash is a file of its routed index), not sealed: "
+                f"pip and pip-sync take it as it is; builds, bundles and the Ansible provisioning take it once "
+                f"sealed: {with_options(f'`{seal}`', args)}"
+            )
+            return EXIT_OK
+    else:
+        found = problems(matrix)
     for problem in found:
-        print(f"problem: {problem}", file=sys.stderr)
+        print(f"problem: {with_options(problem, args)}", file=sys.stderr)
     if found:
         print(f"{len(found)} problem(s) found", file=sys.stderr)
         return EXIT_FAILED
@@ -161,6 +200,7 @@ def cmd_build_image(args: argparse.Namespace, matrix: Matrix) -> int:
         lock=args.lock,
         target=args.target,
         no_cache=args.no_cache,
+        dry_run=args.dry_run,
     )
     print("DOCKER_BUILDKIT=1 " + " ".join(shlex.quote(word) for word in build.command), flush=True)
     if args.dry_run:
@@ -181,9 +221,17 @@ def _parse_index(value: str) -> tuple[str, str]:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="neuron-torch", description=__doc__)
+    parser = argparse.ArgumentParser(
+        prog="neuron-torch",
+        description="Pinned, verified TorchNeuron environments: pick a cell, lock it, check it, build or bundle it.",
+        epilog="Exit codes: 0 ok, 1 a check failed, 2 bad input. The README's quick start lists each user's path.",
+    )
     parser.add_argument("--version", action="version", version=f"neuron-torch {__version__}")
     parser.add_argument("--matrix", type=Path, help="release matrix (default: constraints/matrix.toml)")
+    parser.add_argument(
+        "--project", type=Path, metavar="DIR",
+        help="the neuron-torch checkout to work in (default: $NEURON_TORCH_PROJECT, or the checkout around you)",
+    )  # fmt: skip
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     p = sub.add_parser("matrix", help="list the cells of the release")
@@ -201,10 +249,6 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true")
     p.set_defaults(handler=cmd_instance)
 
-    p = sub.add_parser("render", help="write every generated file (or --check that none is stale)")
-    p.add_argument("--check", action="store_true", help="exit 1 and name each stale file")
-    p.set_defaults(handler=cmd_render)
-
     p = sub.add_parser("lock", help="write hash locks, each package routed to its index")
     which = p.add_mutually_exclusive_group(required=True)
     which.add_argument("--cell", help="cell id")
@@ -213,20 +257,35 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--ca-bundle", type=Path, help="extra CA bundle (PEM) for TLS-intercepting proxies")
     p.add_argument("--find-links", type=Path, help="lock offline from a folder of wheels")
     p.add_argument("--out", type=Path, help="write the lock here instead of the cell's lock path")
+    p.add_argument(
+        "--resolver", choices=RESOLVERS, default="uv",
+        help="uv (default: any cell from one machine) or pip-tools (pip-compile, for the Python it runs on)",
+    )  # fmt: skip
+    p.add_argument("--seal", type=Path, metavar="FILE", help="check and seal a lock made elsewhere (pip-compile)")
     add_mirror_option(p)
     p.set_defaults(handler=cmd_lock)
 
-    p = sub.add_parser("check", help="validate the matrix, generated files and locks")
+    p = sub.add_parser("check", help="validate the matrix, generated files and locks (or one lock: the lock gate)")
+    p.add_argument("--lock", type=Path, metavar="FILE", help="check only this lock, as every consumer does")
+    p.add_argument("--cell", help="the cell the --lock is for")
+    p.add_argument("--sealed", action="store_true", help="also require the seal (the gate of builds and bundles)")
+    p.add_argument("--index", action="append", default=[], metavar="NAME=URL", help="read an unsealed lock's "
+                   "routing from this index instead of the release's (a mirror)")  # fmt: skip
+    p.add_argument("--ca-bundle", type=Path, help="extra CA bundle (PEM) for TLS-intercepting proxies")
     p.set_defaults(handler=cmd_check)
 
+    add_build_command(sub)
+    add_bundle_command(sub)
     p = sub.add_parser("manifest", help="compare the pins with AWS's release manifest (n2-manifest.json)")
     p.add_argument("file", type=Path, nargs="?", help="n2-manifest.json (default: the matrix's vendored copy)")
     p.add_argument("--release", help="Neuron release in the manifest (default: the manifest's own version)")
     p.add_argument("--json", action="store_true")
     p.add_argument("--strict", action="store_true", help="exit 1 when any pin differs")
     p.set_defaults(handler=cmd_manifest)
-    add_bundle_command(sub)
-    add_build_command(sub)
+    p = sub.add_parser("render", help="write every generated file (or --check that none is stale)")
+    p.add_argument("--check", action="store_true", help="exit 1 and name each stale file")
+    p.set_defaults(handler=cmd_render)
+
     return parser
 
 
@@ -257,7 +316,7 @@ def add_mirror_option(parser: argparse.ArgumentParser) -> None:
 
 # --- build image (issue 5: the container image) -----------------------------------------------------------------------
 def add_build_command(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    p = sub.add_parser("build", help="build an artifact of a cell (image)")
+    p = sub.add_parser("build", help="build a cell's container image or AMI (build image | build ami)")
     what = p.add_subparsers(dest="artifact", required=True, metavar="ARTIFACT")
     p = what.add_parser(
         "image", help="the cell's container image: tags neuron-torch:CELL (and :latest for the default)"
@@ -279,17 +338,51 @@ def add_build_command(sub: argparse._SubParsersAction[argparse.ArgumentParser]) 
     p.add_argument("--cell", required=True, help="cell id")
     p.add_argument("--only", choices=sorted(PACKER_SOURCES), help="build only this Packer source")
     p.add_argument("--packer", default="packer", help="the packer executable")
+    p.add_argument("--lock", type=Path, help="the hash lock to install (default: the cell's lock path)")
+    p.add_argument(
+        "--var", action="append", default=[], metavar="NAME=VALUE",
+        help="a Packer variable, e.g. region=eu-west-1 or subnet_id=subnet-0abc (repeatable)",
+    )  # fmt: skip
     p.set_defaults(handler=cmd_build_ami)
 
 
 def cmd_build_ami(args: argparse.Namespace, matrix: Matrix) -> int:
-    return build_ami(matrix, args.cell, args.only, args.packer)
+    extra = []
+    for value in args.var:
+        name, sep, _ = value.partition("=")
+        if not sep or not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", name):
+            raise NeuronTorchError(f"--var takes NAME=VALUE (e.g. region=eu-west-1), not {value!r}")
+        extra.append(f"-var={value}")
+    return build_ami(matrix, args.cell, args.only, args.packer, extra, lock=args.lock)
+
+
+_HINT = re.compile(r"`neuron-torch (?P<command>[a-z]+)(?P<rest>[^`]*)`")
+_MIRROR_COMMANDS = {"cell", "lock", "bundle", "build"}
+
+
+def with_options(message: str, args: argparse.Namespace) -> str:
+    """Fix hints (`neuron-torch COMMAND ...`) repeat the options the user gave, so following them acts on the same
+    release, project and mirror."""
+    front = "".join(
+        f" {flag} {shlex.quote(str(value))}"
+        for flag, value in (("--project", args.project), ("--matrix", args.matrix))
+        if value is not None
+    )
+    mirror = getattr(args, "mirror", None)
+
+    def repeat(hint: re.Match[str]) -> str:
+        rest = hint["rest"]
+        if mirror is not None and hint["command"] in _MIRROR_COMMANDS and "--mirror" not in rest:
+            rest += f" --mirror {shlex.quote(str(mirror))}"
+        return f"`neuron-torch{front} {hint['command']}{rest}`"
+
+    return _HINT.sub(repeat, message)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
-        matrix = load_matrix(args.matrix)
+        matrix = load_matrix(args.matrix, args.project)
         if hasattr(args, "mirror"):
             # Commands that fetch or print URLs see the mirrored release; render and check keep the release's own.
             args.mirror_settings = load_mirror(args.mirror) if args.mirror else mirror_from_env()
@@ -301,7 +394,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         sys.stdout.flush()  # here, so that a closed pipe is caught below and not at interpreter exit
         return code
     except NeuronTorchError as error:
-        print(f"neuron-torch: error: {error}", file=sys.stderr)
+        print(f"neuron-torch: error: {with_options(str(error), args)}", file=sys.stderr)
         return error.exit_code
     except BrokenPipeError:
         # The reader went away (`neuron-torch matrix | head -1`): stop quietly, as the Python docs recommend.

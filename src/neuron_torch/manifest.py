@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from neuron_torch.errors import EXIT_FAILED, NeuronTorchError
+from neuron_torch.files import read_text
 from neuron_torch.matrix import Matrix, canonical_name
 
 
@@ -51,15 +52,40 @@ def vendored_manifest(matrix: Matrix) -> Path:
 
 
 def read_manifest(path: Path) -> dict[str, Any]:
+    """The manifest's data, shape checked: a bad field is named by its path (neuron_releases[2].packages[0].name)."""
+    text = read_text(path, "manifest file", "pass AWS's n2-manifest.json (or omit FILE for the vendored copy)")
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise NeuronTorchError(f"{path}: no such manifest file") from None
+        data = json.loads(text)
     except json.JSONDecodeError as error:
         raise NeuronTorchError(f"{path}: not JSON ({error})") from None
     if not isinstance(data, dict) or not isinstance(data.get("neuron_releases"), list):
         raise NeuronTorchError(f"{path}: not a Neuron release manifest (no 'neuron_releases' list)")
+    for r, entry in enumerate(data["neuron_releases"]):
+        where = f"neuron_releases[{r}]"
+        _expect(path, where, entry, dict, "an object")
+        _expect(path, f"{where}.neuron_version", entry.get("neuron_version"), str, "a string")
+        _expect(path, f"{where}.packages", entry.get("packages", []), list, "a list")
+        for n, package in enumerate(entry.get("packages", [])):
+            _check_package(path, f"{where}.packages[{n}]", package)
     return data
+
+
+def _expect(path: Path, where: str, value: object, kind: type, described: str) -> None:
+    if not isinstance(value, kind):
+        found = "missing" if value is None else f"{type(value).__name__} {value!r}"[:80]
+        raise NeuronTorchError(f"{path}: {where}: must be {described}, not {found}; fix or replace the manifest")
+
+
+def _check_package(path: Path, where: str, package: object) -> None:
+    _expect(path, where, package, dict, "an object")
+    assert isinstance(package, dict)
+    for key in ("name", "version"):
+        _expect(path, f"{where}.{key}", package.get(key), str, "a string")
+    for key in ("supported_instances", "supported_python_versions"):
+        values = package.get(key, [])
+        _expect(path, f"{where}.{key}", values, list, "a list of strings")
+        for i, value in enumerate(values):
+            _expect(path, f"{where}.{key}[{i}]", value, str, "a string")
 
 
 def release_packages(data: dict[str, Any], path: Path, release: str | None) -> tuple[str, list[ManifestPackage]]:
@@ -69,8 +95,8 @@ def release_packages(data: dict[str, Any], path: Path, release: str | None) -> t
         if str(entry.get("neuron_version")) == wanted:
             packages = [
                 ManifestPackage(
-                    name=str(p["name"]),
-                    version=str(p["version"]),
+                    name=p["name"],
+                    version=p["version"],
                     instances=tuple(p.get("supported_instances", [])),
                     pythons=tuple(p.get("supported_python_versions", [])),
                 )

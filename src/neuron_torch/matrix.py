@@ -15,9 +15,13 @@ from pathlib import Path
 from typing import Any
 
 from neuron_torch.errors import MatrixError, NeuronTorchError, UnsupportedError
+from neuron_torch.files import read_text
+from neuron_torch.lockgate import canonical_name as canonical_name  # re-exported: the name every module uses
+from neuron_torch.lockgate import forbidden_reason
 
 SCHEMA = 1
 DEFAULT_MATRIX = Path("constraints") / "matrix.toml"
+PROJECT_ENV = "NEURON_TORCH_PROJECT"
 _VERSION = re.compile(r"^\d+(\.\d+)*(\.\*)?(\+[a-z0-9.]+)?$")
 _PYTHON = re.compile(r"^3\.\d+$")
 _CELL_ID = re.compile(r"^(?P<family>[^-]+)-py(?P<python>[^-]+)-(?P<os>.+)$")
@@ -217,6 +221,9 @@ class Matrix:
             )
         self.family(match["family"])
         self.require_python(match["python"])
+        os_id, _, arch = match["os"].rpartition("-")
+        if os_id and arch in self.unsupported.arch:  # e.g. ...-ubuntu26.04-arm64
+            self.require_arch(arch)
         self.operating_system(match["os"])
         raise UnsupportedError(
             f"cell '{cell_id}' is not in {self.release.name}. Supported cells: {', '.join(c.id for c in self.cells)}"
@@ -257,10 +264,9 @@ class Matrix:
         if reason:
             raise UnsupportedError(f"instance type {instance_type} is not supported: {reason}. Supported: {known}")
         if family in self.instance_families:
-            raise UnsupportedError(
-                f"instance type {instance_type} is not listed in {self.path}; known: {known}. "
-                f"If it exists, add it under [instances] with its documented device count (0 if unknown)."
-            )
+            # A size the release does not list (e.g. trn3.3xlarge): its family is supported, its device count unknown.
+            note = f"{instance_type} is not listed in {self.release.name}: its device count is not documented there"
+            return Instance(instance_type, family, 0, 0, note)
         raise UnsupportedError(
             f"instance type '{instance_type}' is not supported; supported families: "
             f"{', '.join(self.instance_families)} (known types: {known})"
@@ -283,19 +289,7 @@ class Matrix:
 
     def forbidden_reason(self, package: str, version: str) -> str | None:
         """Why a locked package must never be installed, or None when it may be."""
-        name = canonical_name(package)
-        for pattern, reason in self.forbidden.items():
-            pattern_name, _, pattern_version = pattern.partition("==")
-            if fnmatch.fnmatch(name, canonical_name(pattern_name)) and (
-                not pattern_version or version == pattern_version
-            ):
-                return reason
-        return None
-
-
-def canonical_name(name: str) -> str:
-    """PEP 503 normalisation: `Torch_NeuronX` -> `torch-neuronx`."""
-    return re.sub(r"[-_.]+", "-", name).lower()
+        return forbidden_reason(self.forbidden, package, version)
 
 
 def _python_key(python: str) -> tuple[int, ...]:
@@ -368,44 +362,63 @@ class _Reader:
         return dict(table)
 
 
-def load_matrix(path: Path | str | None = None) -> Matrix:
-    """Read and validate a matrix file (default: $NEURON_TORCH_MATRIX or constraints/matrix.toml of the repo)."""
-    matrix_path = Path(path) if path else default_matrix_path()
+def load_matrix(path: Path | str | None = None, project: Path | None = None) -> Matrix:
+    """Read and validate a matrix file (default: $NEURON_TORCH_MATRIX or constraints/matrix.toml of the project).
+
+    Generated files, locks and builds live in the project (`project_root`): --project / $NEURON_TORCH_PROJECT when
+    given, else, for a matrix named by path, the checkout it sits in (`<checkout>/constraints/<name>.toml`) or, for a
+    matrix elsewhere, its own folder.
+    """
+    named = (
+        Path(path)
+        if path
+        else (Path(os.environ["NEURON_TORCH_MATRIX"]) if os.environ.get("NEURON_TORCH_MATRIX") else None)
+    )
+    if named is None or project is not None or os.environ.get(PROJECT_ENV):
+        root = project_root(project)
+    else:
+        root = _layout_root(named)
+    matrix_path = named or root / DEFAULT_MATRIX
+    text = read_text(matrix_path, "matrix file", "pass --matrix PATH (a release matrix, e.g. constraints/matrix.toml)")
     try:
-        data = tomllib.loads(matrix_path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise NeuronTorchError(
-            f"{matrix_path}: no such matrix file; pass --matrix PATH or set NEURON_TORCH_MATRIX"
-        ) from None
+        data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as error:
         raise MatrixError(matrix_path, "(syntax)", str(error)) from None
-    return _parse(data, matrix_path)
+    return _parse(data, matrix_path, root)
 
 
-def default_matrix_path() -> Path:
-    env = os.environ.get("NEURON_TORCH_MATRIX")
-    if env:
-        return Path(env)
-    return repo_root() / DEFAULT_MATRIX
+def _layout_root(matrix_path: Path) -> Path:
+    folder = matrix_path.resolve().parent
+    return folder.parent if folder.name == "constraints" else folder
 
 
-def repo_root() -> Path:
-    """The checkout holding constraints/matrix.toml: the current folder or a parent, else the package's checkout."""
+def project_root(explicit: Path | None = None) -> Path:
+    """The neuron-torch project (a checkout: constraints/, Dockerfile, images/, ansible/) the command works in."""
+    chosen = explicit or (Path(os.environ[PROJECT_ENV]) if os.environ.get(PROJECT_ENV) else None)
+    if chosen is not None:
+        if not (chosen / DEFAULT_MATRIX).is_file():
+            raise NeuronTorchError(
+                f"{chosen}: not a neuron-torch project (no {DEFAULT_MATRIX}); --project DIR and ${PROJECT_ENV} name "
+                "a checkout of neuron-torch"
+            )
+        return chosen.resolve()
     for folder in (Path.cwd(), *Path.cwd().parents):
         if (folder / DEFAULT_MATRIX).is_file():
             return folder
-    package_checkout = Path(__file__).resolve().parents[2]
+    package_checkout = Path(__file__).resolve().parents[2]  # an editable install: the checkout it came from
     if (package_checkout / DEFAULT_MATRIX).is_file():
         return package_checkout
-    return Path.cwd()
+    raise NeuronTorchError(
+        f"no neuron-torch project here: run inside a checkout of neuron-torch, or pass --project DIR (a checkout) "
+        f"or set ${PROJECT_ENV}"
+    )
 
 
-def _parse(data: Mapping[str, Any], path: Path) -> Matrix:
+def _parse(data: Mapping[str, Any], path: Path, root: Path) -> Matrix:
     r = _Reader(path)
     schema = data.get("schema")
     if schema != SCHEMA:
         raise r.fail("schema", f"must be {SCHEMA} (this neuron-torch reads schema {SCHEMA}), not {schema!r}")
-    root = path.resolve().parent.parent
     paths = data.get("paths", {})
     generated_dir = root / r.text(paths, "generated", "paths.", "constraints/generated")
     locks_dir = root / r.text(paths, "locks", "paths.", "constraints/locks")

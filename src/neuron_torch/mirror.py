@@ -21,6 +21,7 @@ from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
 from neuron_torch.errors import NeuronTorchError
+from neuron_torch.files import check_ca_bundle, read_text
 from neuron_torch.matrix import Index, Matrix
 
 ENV_VAR = "NEURON_TORCH_MIRROR"
@@ -84,10 +85,9 @@ def _str(data: Mapping[str, Any], key: str, where: str) -> str:
 def load_mirror(path: Path | str) -> Mirror:
     """Read mirror settings; relative CA paths are relative to the settings file."""
     source = Path(path)
+    text = read_text(source, "mirror settings file", f"fix --mirror or ${ENV_VAR} (see docs/mirrors.md)")
     try:
-        data = tomllib.loads(source.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise NeuronTorchError(f"{source}: no such mirror settings file (from --mirror or ${ENV_VAR})") from None
+        data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as error:
         raise NeuronTorchError(f"{source}: not valid TOML: {error}") from None
     unknown = set(data) - {"apt", "indexes", "ca_bundle", "proxy"}
@@ -104,8 +104,8 @@ def load_mirror(path: Path | str) -> Mirror:
         raise NeuronTorchError(f"{source}: [apt] key_fingerprint must be 40 hex digits, not {fingerprint!r}")
     ca_text = _str(data, "ca_bundle", str(source))
     ca_bundle = (source.parent / Path(ca_text).expanduser()) if ca_text else None
-    if ca_bundle is not None and not ca_bundle.is_file():
-        raise NeuronTorchError(f"{source}: ca_bundle {ca_bundle} does not exist (a PEM file of extra CAs)")
+    if ca_bundle is not None:
+        check_ca_bundle(ca_bundle)
     return Mirror(
         path=source,
         apt_url=_str(apt, "url", f"{source} [apt]").rstrip("/"),

@@ -11,6 +11,7 @@ the release (the test bed's) brings its own rendered `cell-id.pkr.hcl`, and so t
 from __future__ import annotations
 
 import argparse
+import os
 import re
 import shutil
 import subprocess
@@ -98,9 +99,17 @@ def validate(matrix: Matrix, cell_id: str, packer: str = "packer", extra: Sequen
 
 
 def build(
-    matrix: Matrix, cell_id: str, only: str | None = None, packer: str = "packer", extra: Sequence[str] = ()
+    matrix: Matrix,
+    cell_id: str,
+    only: str | None = None,
+    packer: str = "packer",
+    extra: Sequence[str] = (),
+    lock: Path | None = None,
 ) -> int:
     cell = matrix.cell(cell_id)  # an unsupported cell stops here with the matrix's reason
+    lock_path = require_lock(matrix, cell, lock)  # the lock gate, before any work
+    if lock is not None:  # the template reads ${repo_root}/${lock_file}
+        extra = [*extra, f"-var=lock_file={os.path.relpath(lock_path.resolve(), matrix.root)}"]
     version = packer_version(packer)
     if only != "docker" and is_legacy(version):
         raise NeuronTorchError(
@@ -108,7 +117,6 @@ def build(
             "use Packer >= 1.7 with the plugins of images/plugins/required-plugins.pkr.hcl (`packer init "
             "images/plugins`), or build only the local image: --only docker"
         )
-    require_lock(matrix, cell, None)
     if fmt_check(matrix, packer) != 0:
         raise NeuronTorchError("packer fmt -check failed (diff above): run `packer fmt images images/cells`")
     if validate(matrix, cell.id, packer, extra) != 0:

@@ -15,6 +15,8 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+from neuron_torch import lock as neuron_lock
+from neuron_torch import lockfile as neuron_lockfile
 from neuron_torch.matrix import Cell, Matrix, load_matrix
 from tests.testbed import aptrepo, baseimages, index, locks, server
 from tests.testbed.cache import Stamps, key
@@ -89,6 +91,7 @@ def build_locks(matrix: Matrix, stamps: Stamps) -> None:
             cell.python,
             cell.os.lock_platform,
             stamps.folder.joinpath("indexes.key").read_text(),
+            *(Path(module.__file__ or "").read_bytes() for module in (neuron_lock, neuron_lockfile)),  # the format
             code=["locks.py"],
         )
         fresh = stamps.fresh(f"lock-{cell.id}", stage_key, cell.lock_path)
