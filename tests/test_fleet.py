@@ -9,6 +9,7 @@ its true verdict. Needs docker, the base image and the test bed (they skip, sayi
 from __future__ import annotations
 
 import json
+import os
 import re
 import subprocess
 import uuid
@@ -83,7 +84,8 @@ def converged(tmp_path_factory: pytest.TempPathFactory, test_release_vars: Path)
         yield Converged(fleet, first, second, extra, image)
     finally:
         fleet.remove()
-        run(["docker", "image", "rm", "-f", image], timeout=300)
+        if os.environ.get("NEURON_TORCH_KEEP_CONVERGED") != "1":  # =1 keeps it, e.g. for scripts/bench-fleet.py --image
+            run(["docker", "image", "rm", "-f", image], timeout=300)
 
 
 def test_converge_over_ssh_then_a_second_run_changes_nothing(converged: Converged) -> None:
@@ -129,7 +131,7 @@ def test_check_mode_runs_through_on_a_provisioned_host(converged: Converged) -> 
     assert recap(result.stdout, "converge")["failed"] == 0
 
 
-def testinfra(fleet: Fleet, tmp_path: Path, known_hosts: Path) -> subprocess.CompletedProcess[str]:
+def run_testinfra(fleet: Fleet, tmp_path: Path, known_hosts: Path) -> subprocess.CompletedProcess[str]:
     for name in ("cell.json", "lock.txt"):
         copied = run(["docker", "cp", f"{fleet.hosts['converge'].container}:/etc/neuron-torch/{name}", tmp_path])
         assert copied.returncode == 0, copied.stderr
@@ -149,7 +151,7 @@ def testinfra(fleet: Fleet, tmp_path: Path, known_hosts: Path) -> subprocess.Com
 def test_shared_testinfra_suite_passes_over_ssh_with_the_packer_options(converged: Converged, tmp_path: Path) -> None:
     if converged.second.returncode != 0:
         pytest.fail("the converge failed (see the converge test)")
-    result = testinfra(converged.fleet, tmp_path, converged.fleet.known_hosts)
+    result = run_testinfra(converged.fleet, tmp_path, converged.fleet.known_hosts)
     assert result.returncode == 0, result.stdout[-6000:] + result.stderr[-2000:]
     assert "--ssh-config=" in result.stdout and re.search(r"\d+ passed", result.stdout)
 
@@ -159,7 +161,7 @@ def test_testinfra_refuses_a_host_whose_key_is_not_the_known_one(converged: Conv
     other = Fleet(tmp_path / "other", "unused", image="unused")  # only for a fresh, unrelated key
     line = converged.fleet.hosts["converge"].known_hosts_line.rsplit(" ", 1)[0]
     wrong.write_text(f"{line} {other.identity.with_suffix('.pub').read_text().split()[1]}\n")
-    result = testinfra(converged.fleet, tmp_path, wrong)
+    result = run_testinfra(converged.fleet, tmp_path, wrong)
     assert result.returncode != 0
     assert "Host key verification failed" in result.stdout + result.stderr or "HOST IDENTIFICATION HAS CHANGED" in (
         result.stdout + result.stderr
@@ -234,7 +236,7 @@ def test_a_pattern_that_selects_no_host_fails_with_a_summary(fleet_of_four: Flee
     assert "selected no host of the inventory" in result.stdout
 
 
-def hygiene(container: str, tmp_path: Path) -> subprocess.CompletedProcess[str]:
+def run_hygiene(container: str, tmp_path: Path) -> subprocess.CompletedProcess[str]:
     cell, lock = tmp_path / "cell.json", tmp_path / "lock.txt"
     for name, dest in (("cell.json", cell), ("lock.txt", lock)):
         assert run(["docker", "cp", f"{container}:/etc/neuron-torch/{name}", dest]).returncode == 0
@@ -253,14 +255,14 @@ def test_hygiene_checks_fail_on_a_host_built_without_cleanup_and_pass_after_it(
     try:
         fleet.start("captured")
         container = fleet.hosts["captured"].container
-        before = hygiene(container, tmp_path)
+        before = run_hygiene(container, tmp_path)
         assert before.returncode != 0, before.stdout[-4000:]
         for check in ("machine_id_is_empty", "no_ssh_host_keys", "no_authorized_keys", "no_build_reports", "logs"):
             assert re.search(rf"FAILED \S+::test_\w*{check}", before.stdout), (check, before.stdout[-4000:])
         script = (REPO / "images" / "scripts" / "cleanup.sh").read_text()
         cleaned = run(["docker", "exec", "-i", container, "sh", "-s"], input=script, timeout=300)
         assert cleaned.returncode == 0, cleaned.stdout + cleaned.stderr
-        after = hygiene(container, tmp_path)
+        after = run_hygiene(container, tmp_path)
         assert after.returncode == 0, after.stdout[-4000:]
         assert "skipped" not in after.stdout.splitlines()[-1], after.stdout[-2000:]
     finally:

@@ -1,5 +1,6 @@
 """Packer: fmt-clean templates and rendered variables, validation of every cell, refusal of unsupported cells,
-and a local docker-source build of the test cell (Ansible provisioner, testinfra, version-info JSON)."""
+and a local docker-source build of the test cell (Ansible provisioner, cleanup last, testinfra with the hygiene
+checks on the final state, version-info JSON)."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ import re
 import shutil
 import subprocess
 import urllib.request
+import xml.etree.ElementTree as ET
 from pathlib import Path
 
 import pytest
@@ -184,7 +186,11 @@ def test_docker_build_of_the_test_cell() -> None:
     assert info["kernel"]
     manifest = json.loads((out / "manifest.json").read_text())
     assert manifest["builds"][-1]["custom_data"]["cell"] == TEST_CELL
-    assert (out / "testinfra.xml").is_file()
+    # The suite ran on the build's final state, after the cleanup: the hygiene checks ran there and passed.
+    cases = ET.parse(out / "testinfra.xml").getroot().iter("testcase")
+    hygiene = {c.get("name"): [e.tag for e in c] for c in cases if "test_hygiene" in (c.get("classname") or "")}
+    assert len(hygiene) >= 7, hygiene
+    assert not {n: t for n, t in hygiene.items() if {"failure", "error", "skipped"} & set(t)}, hygiene
     image = f"neuron-torch-packer:{TEST_CELL}"
     labels = json.loads(
         subprocess.run(
