@@ -207,6 +207,7 @@ def test_fleet_verdict_names_every_host_once_with_its_true_verdict(fleet_of_four
     assert data["passed"] == 2 and data["total"] == 4
     text = (tmp_path / "summary-all.txt").read_text()
     assert "2 passed, 1 failed, 1 unreachable" in text and "bad: fail (exit 1) at environment:" in text
+    assert json.loads((tmp_path / "reports" / "good1.json").read_text()), "the passing host's report was fetched"
 
 
 @pytest.mark.parametrize(
