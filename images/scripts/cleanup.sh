@@ -28,7 +28,9 @@ rm -rf /var/lib/cloud/instances /var/lib/cloud/instance /var/lib/cloud/data /var
 rm -rf /var/lib/neuron-torch/verify-report.json /root/.ansible "/home/$build_user/.ansible" \
     /root/.cache "/home/$build_user/.cache" /root/.bash_history "/home/$build_user/.bash_history"
 if command -v apt-get >/dev/null 2>&1; then apt-get clean; fi
-rm -rf /var/lib/apt/lists/* /var/cache/apt/*.bin /tmp/* /var/tmp/*
+rm -rf /var/lib/apt/lists/* /var/cache/apt/*.bin
+# /tmp and /var/tmp, dot entries too (systemd-tmpfiles makes /tmp/.X11-unix and the like again at boot).
+find /tmp /var/tmp -mindepth 1 -delete
 
 # Logs: rotated files and the journal go; live log files are emptied (their owners and modes stay).
 find /var/log -type f \( -name '*.gz' -o -name '*.[0-9]' -o -name '*.old' \) -delete
