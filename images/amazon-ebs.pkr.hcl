@@ -6,6 +6,12 @@ source "amazon-ebs" "ubuntu" {
   instance_type = var.instance_type
   subnet_id     = var.subnet_id == "" ? null : var.subnet_id
   ssh_username  = var.ssh_username
+  # Packer removes its temporary key from authorized_keys at the end too (the cleanup provisioner already did).
+  ssh_clear_authorized_keys = true
+
+  # The temporary security group admits SSH only from these CIDRs; empty: from this controller's public IP only
+  # (temporary_security_group_source_public_ip below). Never 0.0.0.0/0 by default.
+  temporary_security_group_source_cidrs = length(var.ssh_source_cidrs) > 0 ? var.ssh_source_cidrs : null
 
   # The exact Canonical image pinned in the matrix (os.<id>.source_ami_name): one match or the build fails.
   source_ami_filter {
@@ -28,6 +34,10 @@ source "amazon-ebs" "ubuntu" {
     http_tokens                 = "required"
     http_put_response_hop_limit = 1
   }
+  # Instances launched from the AMI require IMDSv2 too.
+  imds_support                              = "v2.0"
+  temporary_security_group_source_public_ip = length(var.ssh_source_cidrs) == 0
+  ami_org_arns                              = var.ami_org_arns
   # END packer>=1.7
 
   launch_block_device_mappings {
@@ -40,6 +50,12 @@ source "amazon-ebs" "ubuntu" {
     delete_on_termination = true
   }
   encrypt_boot = true
+  # A customer managed key lets other accounts launch the AMI (the AWS managed aws/ebs key cannot be shared); with
+  # ami_regions, region_kms_key_ids names the key to use in each region.
+  kms_key_id         = var.kms_key_id == "" ? null : var.kms_key_id
+  ami_regions        = var.ami_regions
+  region_kms_key_ids = var.region_kms_key_ids
+  ami_users          = var.ami_users
 
   ami_name        = local.ami_name
   ami_description = "neuron-torch ${var.cell_id} (${var.release}; torch-neuronx ${var.pins["torch-neuronx"]}, torch ${var.pins["torch"]}) on ${var.os_id}"

@@ -101,25 +101,19 @@ build {
     destination = "${local.build_dir}/version-info.json"
   }
 
-  # The shared testinfra suite against the build container / instance, before anything is saved.
-  provisioner "shell-local" {
-    only = ["docker.local"]
-    environment_vars = [
-      "RUN_TESTINFRA=${var.run_testinfra}",
-      "TESTINFRA_PYTHON=${var.testinfra_python}",
-      "TESTINFRA_HOSTS=docker://${build.ID}",
-      # Ansible provisioned this container exactly as it provisions an AMI: it is checked as a host.
-      "TESTINFRA_TARGET=host",
-      "CELL_FILE=${var.repo_root}/${var.cell_file}",
-      "LOCK_FILE=${var.repo_root}/${var.lock_file}",
-      "REPORT_DIR=${local.build_dir}",
-    ]
-    script = "${var.repo_root}/images/scripts/testinfra.sh"
+  # The shared testinfra suite against the build instance over SSH, host-key checking on: the instance's host key,
+  # read through Packer's own session, is the only key testinfra.sh trusts.
+  provisioner "file" {
+    only        = ["amazon-ebs.ubuntu"]
+    direction   = "download"
+    source      = "/etc/ssh/ssh_host_ed25519_key.pub"
+    destination = "${local.build_dir}/ssh_host_ed25519_key.pub"
   }
 
   provisioner "shell-local" {
     only = ["amazon-ebs.ubuntu"]
     environment_vars = [
+      "TESTINFRA_HOST_KEY_FILE=${local.build_dir}/ssh_host_ed25519_key.pub",
       "RUN_TESTINFRA=${var.run_testinfra}",
       "TESTINFRA_PYTHON=${var.testinfra_python}",
       "TESTINFRA_HOSTS=ssh://${build.User}@${build.Host}:${build.Port}",
@@ -132,12 +126,48 @@ build {
     script = "${var.repo_root}/images/scripts/testinfra.sh"
   }
 
-  # verify-device on the build instance when it has a Neuron device (exit 3 "no device" is reported, not fatal).
+  # verify-device on the build instance when it has a Neuron device, with the venv's Python (sudo resets the
+  # environment: without NEURON_TORCH_PYTHON it would fall back to the system python3, which has no torch).
   provisioner "shell" {
     only = ["amazon-ebs.ubuntu"]
     inline = [
-      "if ls /dev/neuron* >/dev/null 2>&1; then sudo /usr/local/bin/verify-device --device neuron; else echo 'verify-device: skipped, no Neuron device on this ${var.instance_type} build instance'; fi",
+      "if ls /dev/neuron* >/dev/null 2>&1; then sudo NEURON_TORCH_PYTHON=/opt/neuron-torch/venv/bin/python PATH=/opt/aws/neuron/bin:/opt/neuron-torch/venv/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin LD_LIBRARY_PATH=/opt/aws/neuron/lib /usr/local/bin/verify-device --device neuron; else echo 'verify-device: skipped, no Neuron device on this ${var.instance_type} build instance'; fi",
     ]
+  }
+
+  # Last: what must not be captured goes (machine-id, host keys, the build's authorized key, cloud-init state, logs,
+  # caches, build reports). Nothing may run on the target after this.
+  provisioner "shell" {
+    only             = ["docker.local"]
+    script           = "${var.repo_root}/images/scripts/cleanup.sh"
+    environment_vars = ["BUILD_USER=${var.ssh_username}"]
+    execute_command  = "chmod +x {{ .Path }}; {{ .Vars }} {{ .Path }}"
+  }
+
+  provisioner "shell" {
+    only             = ["amazon-ebs.ubuntu"]
+    script           = "${var.repo_root}/images/scripts/cleanup.sh"
+    environment_vars = ["BUILD_USER=${build.User}"]
+    execute_command  = "chmod +x {{ .Path }}; sudo -E {{ .Vars }} {{ .Path }}"
+  }
+
+  # The shared testinfra suite on the container's final state, hygiene checks included (--captured): docker exec
+  # needs no key, so it can run after the cleanup. (The AMI's suite ran above, over SSH, before the cleanup removed
+  # the key it logs in with.)
+  provisioner "shell-local" {
+    only = ["docker.local"]
+    environment_vars = [
+      "RUN_TESTINFRA=${var.run_testinfra}",
+      "TESTINFRA_PYTHON=${var.testinfra_python}",
+      "TESTINFRA_HOSTS=docker://${build.ID}",
+      # Ansible provisioned this container exactly as it provisions an AMI: it is checked as a host.
+      "TESTINFRA_TARGET=host",
+      "TESTINFRA_CAPTURED=true",
+      "CELL_FILE=${var.repo_root}/${var.cell_file}",
+      "LOCK_FILE=${var.repo_root}/${var.lock_file}",
+      "REPORT_DIR=${local.build_dir}",
+    ]
+    script = "${var.repo_root}/images/scripts/testinfra.sh"
   }
 
   post-processor "docker-tag" {

@@ -154,7 +154,7 @@ variable "ssh_username" {
 
 variable "root_volume_size_gb" {
   type        = number
-  description = "Size of the encrypted gp3 root volume."
+  description = "Size of the build's encrypted gp3 root volume, and so the smallest root volume an instance of the AMI can have (a launch may choose more)."
   default     = 512
 
   validation {
@@ -202,4 +202,46 @@ variable "run_testinfra" {
   type        = bool
   description = "Run the shared testinfra suite (smoke_tests/infra) against the build before it is saved."
   default     = true
+}
+
+# ---- Sharing and access (safe defaults: private AMI, AWS managed key, SSH only from this controller) ----
+variable "kms_key_id" {
+  type        = string
+  description = "KMS key (ARN or alias) that encrypts the AMI's snapshot; empty: the AWS managed aws/ebs key, which cannot be shared with other accounts. Set a customer managed key to share."
+  default     = ""
+}
+
+variable "region_kms_key_ids" {
+  type        = map(string)
+  description = "Region -> KMS key for the copies in ami_regions (required for each region when kms_key_id is set)."
+  default     = {}
+}
+
+variable "ami_regions" {
+  type        = list(string)
+  description = "More regions to copy the AMI to (empty: only var.region)."
+  default     = []
+}
+
+variable "ami_users" {
+  type        = list(string)
+  description = "AWS account ids allowed to launch the AMI (empty: none but the owner). Needs kms_key_id."
+  default     = []
+}
+
+variable "ami_org_arns" {
+  type        = list(string)
+  description = "AWS Organizations ARNs allowed to launch the AMI (empty: none). Needs kms_key_id."
+  default     = []
+}
+
+variable "ssh_source_cidrs" {
+  type        = list(string)
+  description = "CIDRs the temporary security group admits to SSH; empty: this controller's public IP only."
+  default     = []
+
+  validation {
+    condition     = ! contains(var.ssh_source_cidrs, "0.0.0.0/0") && ! contains(var.ssh_source_cidrs, "::/0")
+    error_message = "The ssh_source_cidrs must not open the build instance to the internet (0.0.0.0/0, ::/0): name your network's CIDRs, or leave it empty for this controller's public IP."
+  }
 }

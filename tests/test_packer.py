@@ -1,12 +1,15 @@
 """Packer: fmt-clean templates and rendered variables, validation of every cell, refusal of unsupported cells,
-and a local docker-source build of the test cell (Ansible provisioner, testinfra, version-info JSON)."""
+and a local docker-source build of the test cell (Ansible provisioner, cleanup last, testinfra with the hygiene
+checks on the final state, version-info JSON)."""
 
 from __future__ import annotations
 
 import json
+import re
 import shutil
 import subprocess
 import urllib.request
+import xml.etree.ElementTree as ET
 from pathlib import Path
 
 import pytest
@@ -44,6 +47,56 @@ def test_amazon_ebs_source_requires_imdsv2_and_encrypted_gp3() -> None:
     assert "var.root_volume_size_gb >= 512" in (REPO / "images" / "variables.pkr.hcl").read_text()
     staged = stage_templates(load_matrix(REPO / "constraints" / "matrix.toml"), legacy=True)
     assert "metadata_options {" not in (staged / "amazon-ebs.pkr.hcl").read_text()  # only for Packer 1.6.6
+
+
+def _provisioners(text: str) -> list[tuple[str, str]]:
+    """(type, body) of each provisioner block of the build, in order."""
+    blocks = re.split(r'\n  (?=provisioner "|post-processor ")', text)
+    return [(m[1], block) for block in blocks if (m := re.match(r'provisioner "([\w-]+)"', block))]
+
+
+def test_cleanup_is_the_last_step_on_the_target_of_both_sources() -> None:
+    steps = _provisioners((REPO / "images" / "neuron-torch.pkr.hcl").read_text())
+    for source in ("docker.local", "amazon-ebs.ubuntu"):
+        on_target = [body for kind, body in steps if kind != "shell-local" and ("only" not in body or source in body)]
+        assert "images/scripts/cleanup.sh" in on_target[-1], f"{source}: the cleanup is not the last step on the target"
+    after_cleanup = [body for _, body in steps[[i for i, (_, b) in enumerate(steps) if "cleanup.sh" in b][-1] + 1 :]]
+    assert len(after_cleanup) == 1 and "TESTINFRA_CAPTURED=true" in after_cleanup[0]  # docker:// needs no key
+    assert "docker://" in after_cleanup[0]
+
+
+def test_verify_device_in_the_build_runs_with_the_venv_python() -> None:
+    text = (REPO / "images" / "neuron-torch.pkr.hcl").read_text()
+    line = next(line for line in text.splitlines() if "/usr/local/bin/verify-device" in line)
+    assert "sudo NEURON_TORCH_PYTHON=/opt/neuron-torch/venv/bin/python " in line
+
+
+def test_ami_sharing_and_access_have_safe_defaults() -> None:
+    source = (REPO / "images" / "amazon-ebs.pkr.hcl").read_text()
+    begin, end = source.index("# BEGIN packer>=1.7"), source.index("# END packer>=1.7")
+    assert re.search(r'imds_support\s+= "v2.0"', source[begin:end])
+    assert re.search(r"temporary_security_group_source_public_ip\s+= length\(var.ssh_source_cidrs\) == 0", source)
+    for name in ("kms_key_id", "ami_regions", "region_kms_key_ids", "ami_users", "ami_org_arns"):
+        assert re.search(rf"{name}\s+= var.{name}", source), name
+    assert "ssh_clear_authorized_keys = true" in source
+    variables = (REPO / "images" / "variables.pkr.hcl").read_text()
+    for name, default in (
+        ("kms_key_id", '""'),
+        ("ami_users", "[]"),
+        ("ami_org_arns", "[]"),
+        ("ssh_source_cidrs", "[]"),
+    ):
+        block = variables[variables.index(f'variable "{name}"') :]
+        assert re.search(rf"default\s+= {re.escape(default)}$", block[: block.index("\n}")], re.MULTILINE), name
+
+
+@needs_packer
+def test_an_open_ssh_source_cidr_is_refused(matrix: Matrix, capfd: pytest.CaptureFixture[str]) -> None:
+    cell = matrix.release.default_cell
+    assert validate(matrix, cell, extra=["-var", 'ssh_source_cidrs=["10.0.0.0/8","0.0.0.0/0"]']) != 0
+    out = capfd.readouterr()
+    assert "must not open the build instance to the internet" in " ".join((out.out + out.err).split())
+    assert validate(matrix, cell, extra=["-var", 'ssh_source_cidrs=["10.0.0.0/8"]']) == 0
 
 
 def test_required_plugins_stay_out_of_the_template_folder() -> None:
@@ -141,7 +194,11 @@ def test_docker_build_of_the_test_cell() -> None:
     assert info["kernel"]
     manifest = json.loads((out / "manifest.json").read_text())
     assert manifest["builds"][-1]["custom_data"]["cell"] == TEST_CELL
-    assert (out / "testinfra.xml").is_file()
+    # The suite ran on the build's final state, after the cleanup: the hygiene checks ran there and passed.
+    cases = ET.parse(out / "testinfra.xml").getroot().iter("testcase")
+    hygiene = {c.get("name"): [e.tag for e in c] for c in cases if "test_hygiene" in (c.get("classname") or "")}
+    assert len(hygiene) >= 7, hygiene
+    assert not {n: t for n, t in hygiene.items() if {"failure", "error", "skipped"} & set(t)}, hygiene
     image = f"neuron-torch-packer:{TEST_CELL}"
     labels = json.loads(
         subprocess.run(

@@ -23,6 +23,11 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     group.addoption("--target", choices=["image", "host"], default="host", help="image or host/AMI (default: host)")
     group.addoption("--image", help="image name or id, for the label checks (image target; docker on the controller)")
     group.addoption("--runtime-user", default="neuron", help="the user that runs workloads (default: neuron)")
+    group.addoption(
+        "--captured",
+        action="store_true",
+        help="the target is a build's final state, about to be captured: also run the hygiene checks",
+    )
 
 
 def canonical(name: str) -> str:
@@ -89,3 +94,9 @@ def runtime_user(pytestconfig: pytest.Config) -> str:
 def image_only(target: str) -> None:
     if target != "image":
         pytest.skip("an image-only check (caches, labels, build toolchain); the target is a host")
+
+
+@pytest.fixture
+def captured_only(pytestconfig: pytest.Config) -> None:
+    if not pytestconfig.getoption("--captured"):
+        pytest.skip("a hygiene check of a captured build (--captured); a live host has keys, ids and logs")

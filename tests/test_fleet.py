@@ -1,0 +1,270 @@
+"""Real hosts over SSH: systemd + sshd containers (tests/testbed/hosts.py), host-key checking on.
+
+One host is converged over SSH with provision.yml (twice: the second run must change nothing), checked with the
+shared testinfra suite over ssh:// through images/scripts/testinfra.sh (the Packer build's own options), and committed
+as the image of a fleet of four: two good hosts, one whose verify-device fails, one stopped. verify.yml must give each
+its true verdict. Needs docker, the base image and the test bed (they skip, saying why, without them).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.test_ansible import ANSIBLE, REPO, TEST_CELL, docker_ready, find_testbed, molecule_env, run, tool
+from tests.test_ansible import test_release_vars as test_release_vars  # a fixture
+from tests.testbed.hosts import Fleet, HostError
+
+# verify-device's stages the fleet runs: the environment (versions, pip check) and one matmul keep eight hosts cheap.
+STAGES = ["--timeout", "120", "--stages", "environment,matmul"]
+
+
+@dataclass
+class Converged:
+    fleet: Fleet
+    first: subprocess.CompletedProcess[str]
+    second: subprocess.CompletedProcess[str]
+    extra_vars: Path
+    image: str
+
+
+def recap(output: str, host: str) -> dict[str, int]:
+    """The PLAY RECAP counters of one host (ok, changed, unreachable, failed, ...)."""
+    match = re.search(rf"^{re.escape(host)}\s+:\s+(.*)$", output, re.MULTILINE)
+    assert match, f"no PLAY RECAP line for {host}: {output[-3000:]}"
+    return {k: int(v) for k, v in re.findall(r"(\w+)=(\d+)", match[1])}
+
+
+def playbook(fleet: Fleet, name: str, *args: str | Path, timeout: int = 1200) -> subprocess.CompletedProcess[str]:
+    argv = [tool("ansible-playbook"), "-i", fleet.inventory(), f"playbooks/{name}", *args]
+    return run(argv, cwd=ANSIBLE, timeout=timeout)
+
+
+@pytest.fixture(scope="module")
+def converged(tmp_path_factory: pytest.TempPathFactory, test_release_vars: Path) -> Iterator[Converged]:
+    docker_ready()
+    testbed = find_testbed()
+    folder = tmp_path_factory.mktemp("fleet")
+    try:
+        fleet = Fleet(folder, f"nt-ssh-{uuid.uuid4().hex[:6]}")
+    except HostError as error:
+        pytest.fail(str(error))
+    extra = folder / "converge-vars.json"
+    extra.write_text(
+        json.dumps(
+            {
+                "neuron_cell": TEST_CELL,
+                "neuron_repo_root": str(REPO),
+                "neuron_release_vars": str(test_release_vars),
+                "neuron_repo_key_fingerprint": molecule_env(testbed)["NEURON_TORCH_TESTBED_KEY_FINGERPRINT"],
+                "neuron_lock_file": str(testbed / "locks" / f"{TEST_CELL}.txt"),
+                "neuron_verify_run": "always",
+                "neuron_verify_device": "cpu",
+                "neuron_verify_extra_args": STAGES,
+                "neuron_verify_fetch_dir": str(folder / "reports"),
+            }
+        )
+    )
+    image = f"neuron-torch-host-converged:{fleet.prefix}"
+    try:
+        fleet.start("converge")
+        first = playbook(fleet, "provision.yml", "-e", f"@{extra}")
+        second = playbook(fleet, "provision.yml", "-e", f"@{extra}") if first.returncode == 0 else first
+        if second.returncode == 0:
+            fleet.commit("converge", image)
+        yield Converged(fleet, first, second, extra, image)
+    finally:
+        fleet.remove()
+        if os.environ.get("NEURON_TORCH_KEEP_CONVERGED") != "1":  # =1 keeps it, e.g. for scripts/bench-fleet.py --image
+            run(["docker", "image", "rm", "-f", image], timeout=300)
+
+
+def test_converge_over_ssh_then_a_second_run_changes_nothing(converged: Converged) -> None:
+    assert converged.first.returncode == 0, converged.first.stdout[-8000:] + converged.first.stderr[-3000:]
+    assert recap(converged.first.stdout, "converge")["changed"] > 0
+    assert converged.second.returncode == 0, converged.second.stdout[-8000:]
+    assert recap(converged.second.stdout, "converge")["changed"] == 0, converged.second.stdout[-8000:]
+
+
+def host_text(fleet: Fleet, name: str, *command: str) -> str:
+    result = fleet.exec(name, *command)
+    return result.stdout.decode().strip()
+
+
+def test_apt_timers_are_restored_at_the_end_of_the_play(converged: Converged) -> None:
+    fleet = converged.fleet
+    for unit in ("apt-daily.timer", "apt-daily-upgrade.timer", "unattended-upgrades.service"):
+        assert host_text(fleet, "converge", "systemctl", "is-enabled", unit) == "enabled", unit
+    for unit in ("apt-daily.timer", "apt-daily-upgrade.timer"):
+        assert host_text(fleet, "converge", "systemctl", "is-active", unit) == "active", unit
+    # Restored once, at the end: after the last pip install, not at neuron_repo's flush_handlers.
+    out = converged.first.stdout
+    assert out.rindex("Restore apt's periodic units") > out.rindex("TASK [python_env")
+
+
+def test_the_kernel_cannot_move_under_the_driver(converged: Converged) -> None:
+    fleet = converged.fleet
+    selections = host_text(
+        fleet, "converge", "dpkg", "--get-selections", "linux-aws", "linux-image-aws", "linux-headers-aws"
+    )
+    assert dict(line.split() for line in selections.splitlines()) == {
+        "linux-aws": "hold", "linux-image-aws": "hold", "linux-headers-aws": "hold",
+    }  # fmt: skip
+    config = host_text(fleet, "converge", "apt-config", "dump", "Unattended-Upgrade::Package-Blacklist")
+    assert 'Unattended-Upgrade::Package-Blacklist:: "linux-";' in config, config
+
+
+def test_check_mode_runs_through_on_a_provisioned_host(converged: Converged) -> None:
+    if converged.second.returncode != 0:
+        pytest.fail("the converge failed (see the converge test)")
+    result = playbook(converged.fleet, "provision.yml", "--check", "-e", f"@{converged.extra_vars}")
+    assert result.returncode == 0, result.stdout[-8000:]
+    assert recap(result.stdout, "converge")["failed"] == 0
+
+
+def run_testinfra(fleet: Fleet, tmp_path: Path, known_hosts: Path) -> subprocess.CompletedProcess[str]:
+    for name in ("cell.json", "lock.txt"):
+        copied = run(["docker", "cp", f"{fleet.hosts['converge'].container}:/etc/neuron-torch/{name}", tmp_path])
+        assert copied.returncode == 0, copied.stderr
+    env = {
+        "TESTINFRA_PYTHON": str(tool("python")),
+        "TESTINFRA_HOSTS": fleet.hosts["converge"].ssh_url,
+        "TESTINFRA_TARGET": "host",
+        "TESTINFRA_SSH_KEY_FILE": str(fleet.identity),
+        "TESTINFRA_KNOWN_HOSTS": str(known_hosts),
+        "CELL_FILE": str(tmp_path / "cell.json"),
+        "LOCK_FILE": str(tmp_path / "lock.txt"),
+        "REPORT_DIR": str(tmp_path / "report"),
+    }
+    return run(["bash", REPO / "images" / "scripts" / "testinfra.sh"], cwd=REPO, env=env, timeout=900)
+
+
+def test_shared_testinfra_suite_passes_over_ssh_with_the_packer_options(converged: Converged, tmp_path: Path) -> None:
+    if converged.second.returncode != 0:
+        pytest.fail("the converge failed (see the converge test)")
+    result = run_testinfra(converged.fleet, tmp_path, converged.fleet.known_hosts)
+    assert result.returncode == 0, result.stdout[-6000:] + result.stderr[-2000:]
+    assert "--ssh-config=" in result.stdout and re.search(r"\d+ passed", result.stdout)
+
+
+def test_testinfra_refuses_a_host_whose_key_is_not_the_known_one(converged: Converged, tmp_path: Path) -> None:
+    wrong = tmp_path / "known_hosts"
+    other = Fleet(tmp_path / "other", "unused", image="unused")  # only for a fresh, unrelated key
+    line = converged.fleet.hosts["converge"].known_hosts_line.rsplit(" ", 1)[0]
+    wrong.write_text(f"{line} {other.identity.with_suffix('.pub').read_text().split()[1]}\n")
+    result = run_testinfra(converged.fleet, tmp_path, wrong)
+    assert result.returncode != 0
+    assert "Host key verification failed" in result.stdout + result.stderr or "HOST IDENTIFICATION HAS CHANGED" in (
+        result.stdout + result.stderr
+    )
+
+
+def verify(fleet: Fleet, tmp_path: Path, pattern: str) -> tuple[subprocess.CompletedProcess[str], dict[str, Any]]:
+    summary = tmp_path / f"summary-{re.sub(r'[^a-z]', '_', pattern)}"
+    extra = {"neuron_hosts": pattern, "neuron_verify_device": "cpu", "neuron_verify_extra_args": STAGES,
+             "neuron_verify_summary": str(summary), "neuron_verify_fetch_dir": str(tmp_path / "reports")}  # fmt: skip
+    result = playbook(fleet, "verify.yml", "-e", json.dumps(extra), timeout=900)
+    data = json.loads(summary.with_suffix(".json").read_text()) if summary.with_suffix(".json").exists() else {}
+    return result, data
+
+
+@pytest.fixture(scope="module")
+def fleet_of_four(converged: Converged, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Fleet]:
+    if converged.second.returncode != 0:
+        pytest.fail("the converge failed (see the converge test)")
+    fleet = Fleet(tmp_path_factory.mktemp("four"), f"nt-four-{uuid.uuid4().hex[:6]}", image=converged.image)
+    try:
+        for name in ("good1", "good2", "bad", "down"):
+            fleet.start(name)
+        broken = fleet.exec("bad", "rm", "-rf", "/opt/neuron-torch/venv/lib/python3.11/site-packages/torch")
+        assert broken.returncode == 0, broken.stderr
+        fleet.stop("down")
+        yield fleet
+    finally:
+        fleet.remove()
+
+
+def test_fleet_verdict_names_every_host_once_with_its_true_verdict(fleet_of_four: Fleet, tmp_path: Path) -> None:
+    result, data = verify(fleet_of_four, tmp_path, "all")
+    output = result.stdout + result.stderr
+    assert result.returncode != 0, output[-6000:]
+    rows = {row["host"]: row for row in data["hosts"]}
+    assert len(data["hosts"]) == len(rows) == 4, data
+    assert {h: r["verdict"] for h, r in rows.items()} == {
+        "good1": "pass", "good2": "pass", "bad": "fail", "down": "unreachable",
+    }, output[-6000:]  # fmt: skip
+    assert rows["bad"]["stage"] == "environment" and "torch" in rows["bad"]["message"], rows["bad"]
+    assert rows["down"]["stage"] == "connect" and rows["down"]["message"], rows["down"]
+    assert data["passed"] == 2 and data["total"] == 4
+    text = (tmp_path / "summary-all.txt").read_text()
+    assert "2 passed, 1 failed, 1 unreachable" in text and "bad: fail (exit 1) at environment:" in text
+    assert json.loads((tmp_path / "reports" / "good1.json").read_text()), "the passing host's report was fetched"
+
+
+@pytest.mark.parametrize(
+    ("pattern", "hosts", "passes"),
+    [("good*", {"good1", "good2"}, True), ("all:!bad", {"good1", "good2", "down"}, False)],
+)
+def test_a_host_pattern_selects_exactly_its_hosts(
+    fleet_of_four: Fleet, tmp_path: Path, pattern: str, hosts: set[str], passes: bool
+) -> None:
+    result, data = verify(fleet_of_four, tmp_path, pattern)
+    assert {row["host"] for row in data["hosts"]} == hosts, result.stdout[-6000:]
+    assert data["pattern"] == pattern and data["total"] == len(hosts)
+    assert (result.returncode == 0) is passes, result.stdout[-6000:]
+
+
+def test_every_host_unreachable_still_writes_the_summary_and_fails(fleet_of_four: Fleet, tmp_path: Path) -> None:
+    result, data = verify(fleet_of_four, tmp_path, "down")
+    assert result.returncode != 0
+    assert data["hosts"] == [{"host": "down", "verdict": "unreachable", "stage": "connect",
+                              "message": data["hosts"][0]["message"]}]  # fmt: skip
+
+
+def test_a_pattern_that_selects_no_host_fails_with_a_summary(fleet_of_four: Fleet, tmp_path: Path) -> None:
+    result, data = verify(fleet_of_four, tmp_path, "nosuchhost*")
+    assert result.returncode != 0
+    assert data["hosts"] == [] and data["total"] == 0
+    assert "selected no host of the inventory" in result.stdout
+
+
+def run_hygiene(container: str, tmp_path: Path) -> subprocess.CompletedProcess[str]:
+    cell, lock = tmp_path / "cell.json", tmp_path / "lock.txt"
+    for name, dest in (("cell.json", cell), ("lock.txt", lock)):
+        assert run(["docker", "cp", f"{container}:/etc/neuron-torch/{name}", dest]).returncode == 0
+    suite = REPO / "smoke_tests" / "infra" / "test_hygiene.py"
+    argv = [tool("python"), "-m", "pytest", "-p", "no:cacheprovider", suite, f"--hosts=docker://{container}",
+            "--cell-file", cell, "--lock", lock, "--captured", "-rA"]  # fmt: skip
+    return run(argv, cwd=REPO, timeout=600)
+
+
+def test_hygiene_checks_fail_on_a_host_built_without_cleanup_and_pass_after_it(
+    converged: Converged, tmp_path: Path
+) -> None:
+    if converged.second.returncode != 0:
+        pytest.fail("the converge failed (see the converge test)")
+    fleet = Fleet(tmp_path / "hygiene", f"nt-hygiene-{uuid.uuid4().hex[:6]}", image=converged.image)
+    try:
+        fleet.start("captured")
+        container = fleet.hosts["captured"].container
+        before = run_hygiene(container, tmp_path)
+        assert before.returncode != 0, before.stdout[-4000:]
+        for check in ("machine_id_is_empty", "no_ssh_host_keys", "no_authorized_keys", "no_build_reports", "logs"):
+            assert re.search(rf"FAILED \S+::test_\w*{check}", before.stdout), (check, before.stdout[-4000:])
+        script = (REPO / "images" / "scripts" / "cleanup.sh").read_text()
+        cleaned = run(["docker", "exec", "-i", container, "sh", "-s"], input=script, timeout=300)
+        assert cleaned.returncode == 0, cleaned.stdout + cleaned.stderr
+        after = run_hygiene(container, tmp_path)
+        assert after.returncode == 0, after.stdout[-4000:]
+        assert "skipped" not in after.stdout.splitlines()[-1], after.stdout[-2000:]
+    finally:
+        fleet.remove()

@@ -1,0 +1,302 @@
+"""SSH hosts for the tests: containers that run systemd as PID 1 and sshd, each on its own loopback port.
+
+`python -m tests.testbed.hosts up NAME... [--dir DIR] [--prefix P]` starts hosts (containers P-NAME; remove them
+with `docker rm -f`) and writes an inventory and known_hosts under DIR; the tests use `Fleet` directly. Every host
+is one container of one shared host image (`neuron-torch-host:<base tag>`, built once from a base image, cached by
+content), so starting eight costs eight `docker run`s, not eight builds.
+
+What a host imitates, and where that comes from:
+- systemd as PID 1 with the apt-daily timers and unattended-upgrades enabled: Canonical's Ubuntu AMIs enable
+  unattended-upgrades and the apt-daily timers (shared/NEURON-FACTS.md section 13).
+- a login user `ubuntu` (uid 1000 where the base has none) with passwordless sudo through
+  /etc/sudoers.d/90-cloud-init-users: Canonical's AMIs log in as `ubuntu` with passwordless sudo (section 13; the
+  file name is cloud-init's).
+- the kernel metapackages linux-aws, linux-image-aws and linux-headers-aws installed (empty stand-ins): Canonical's
+  AMIs get their kernel through them, and they move to new kernels unless held (section 13).
+- sshd with key-only login and host keys of its own, made when the host is created (no two hosts share a key, as
+  cloud-init makes them on first boot); the test bed writes them to a known_hosts file, the way a user has them, so
+  clients connect with StrictHostKeyChecking=yes.
+- the host shares the controller's network (it reaches the test bed on 127.0.0.1) and sshd listens on 127.0.0.1 on a
+  port of its own; a stopped host refuses connections, as a powered-off machine's address does.
+Not imitated: the kernel (containers share the controller's; `uname -r` is not an Ubuntu AWS kernel), cloud-init
+(not on the Debian bases), /dev/neuron* devices.
+
+systemd runs unprivileged: a read-only bind of /sys/fs/cgroup (cgroup v1 here), tmpfs on /run and /run/lock, and
+SIGRTMIN+3 to stop it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import io
+import json
+import socket
+import subprocess
+import sys
+import tarfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from tests.testbed.cache import key
+
+DOCKER = "/usr/bin/docker"
+DEFAULT_BASE = "neuron-torch-base:debian12"
+KEY_LABEL = "io.neuron-torch.testbed.key"
+HOST_PACKAGES = ("systemd", "systemd-sysv", "dbus", "openssh-server", "unattended-upgrades")
+# Empty packages with the names of the metapackages through which Canonical's AMIs get their kernel.
+KERNEL_PACKAGES = ("linux-image-aws", "linux-headers-aws", "linux-aws")
+USER = "ubuntu"
+UID = 1000
+SUDOERS = "/etc/sudoers.d/90-cloud-init-users"
+RUN_FLAGS = (
+    "--network=host",
+    "--tmpfs=/run",
+    "--tmpfs=/run/lock",
+    "--volume=/sys/fs/cgroup:/sys/fs/cgroup:ro",
+    "--stop-signal=SIGRTMIN+3",
+)
+
+DOCKERFILE = """\
+FROM {base}
+RUN apt-get update \\
+ && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends {packages} \\
+ && rm -rf /var/lib/apt/lists/* /etc/ssh/ssh_host_* \\
+ && (id -u {user} >/dev/null 2>&1 || useradd --create-home --uid {uid} --shell /bin/bash {user}) \\
+ && printf '{user} ALL=(ALL) NOPASSWD:ALL\\n' >{sudoers} && chmod 0440 {sudoers} \\
+ && for p in {kernel_packages}; do mkdir -p /tmp/$p/DEBIAN \\
+      && printf 'Package: %s\\nVersion: 0.0-testbed\\nArchitecture: all\\n' $p >/tmp/$p/DEBIAN/control \\
+      && printf 'Maintainer: neuron-torch test bed <dev@neuron-torch.invalid>\\n' >>/tmp/$p/DEBIAN/control \\
+      && printf 'Description: empty stand-in for the Ubuntu metapackage %s\\n' $p >>/tmp/$p/DEBIAN/control \\
+      && dpkg-deb --build /tmp/$p /tmp/$p.deb >/dev/null && dpkg -i /tmp/$p.deb >/dev/null && rm -rf /tmp/$p*; done \\
+ && systemctl enable ssh.service apt-daily.timer apt-daily-upgrade.timer unattended-upgrades.service \\
+ && systemctl mask getty@tty1.service console-getty.service systemd-udevd.service systemd-udevd-control.socket \\
+      systemd-udevd-kernel.socket systemd-remount-fs.service systemd-firstboot.service
+LABEL {label}={stage_key}
+STOPSIGNAL SIGRTMIN+3
+CMD ["/sbin/init"]
+"""
+
+SSHD_CONFIG = """\
+# Written by tests/testbed/hosts.py: this host's own loopback port and host key; key-only login.
+Port {port}
+ListenAddress 127.0.0.1
+HostKey /etc/ssh/ssh_host_ed25519_key
+PasswordAuthentication no
+KbdInteractiveAuthentication no
+PermitRootLogin no
+"""
+
+
+class HostError(Exception):
+    """A host could not be built or started; the message says what and how to fix it."""
+
+
+def docker(*args: str, check: bool = True, stdin: bytes | None = None) -> subprocess.CompletedProcess[bytes]:
+    result = subprocess.run([DOCKER, *args], capture_output=True, input=stdin)
+    if check and result.returncode != 0:
+        raise HostError(f"docker {' '.join(args[:3])} ... failed ({result.returncode}): {result.stderr.decode()}")
+    return result
+
+
+def host_image_name(base: str) -> str:
+    return "neuron-torch-host:" + base.rsplit(":", 1)[-1]
+
+
+def build_host_image(base: str = DEFAULT_BASE) -> str:
+    """The shared host image for `base` (built unless one with the same key exists); returns its name."""
+    image = host_image_name(base)
+    base_id = docker("image", "inspect", "--format", "{{.Id}}", base, check=False)
+    if base_id.returncode != 0:
+        raise HostError(f"the base image {base} is missing: run scripts/testbed.sh build")
+    stage_key = key(base_id.stdout.decode().strip(), HOST_PACKAGES, DOCKERFILE, code=["hosts.py"])
+    current = docker("image", "inspect", "--format", f'{{{{index .Config.Labels "{KEY_LABEL}"}}}}', image, check=False)
+    if current.returncode == 0 and current.stdout.decode().strip() == stage_key:
+        return image
+    dockerfile = DOCKERFILE.format(
+        base=base, packages=" ".join(HOST_PACKAGES), kernel_packages=" ".join(KERNEL_PACKAGES),
+        user=USER, uid=UID, sudoers=SUDOERS, label=KEY_LABEL, stage_key=stage_key,
+    )  # fmt: skip
+    subprocess.run(
+        [DOCKER, "build", "--network=host", "--quiet", "--tag", image, "-"],
+        input=dockerfile.encode(),
+        check=True,
+        stdout=subprocess.DEVNULL,
+        env={"DOCKER_BUILDKIT": "1", "PATH": "/usr/bin:/bin"},
+    )
+    return image
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+def _add(tar: tarfile.TarFile, path: str, data: bytes, mode: int, uid: int = 0) -> None:
+    info = tarfile.TarInfo(path.lstrip("/"))
+    info.size, info.mode, info.uid, info.gid, info.mtime = len(data), mode, uid, uid, int(time.time())
+    tar.addfile(info, io.BytesIO(data))
+
+
+def _add_dir(tar: tarfile.TarFile, path: str, mode: int, uid: int) -> None:
+    info = tarfile.TarInfo(path.lstrip("/"))
+    info.type, info.mode, info.uid, info.gid, info.mtime = tarfile.DIRTYPE, mode, uid, uid, int(time.time())
+    tar.addfile(info)
+
+
+@dataclass(frozen=True)
+class Host:
+    name: str  # the inventory name
+    container: str
+    port: int
+    host_key_pub: str
+
+    @property
+    def known_hosts_line(self) -> str:
+        return f"[127.0.0.1]:{self.port} {self.host_key_pub}"
+
+    @property
+    def ssh_url(self) -> str:
+        return f"ssh://{USER}@127.0.0.1:{self.port}"
+
+
+class Fleet:
+    """Hosts started from one host image; keys, known_hosts and an inventory under `folder`."""
+
+    def __init__(self, folder: Path, prefix: str, base: str = DEFAULT_BASE, image: str | None = None) -> None:
+        self.folder = folder
+        self.prefix = prefix
+        self.folder.mkdir(parents=True, exist_ok=True)
+        self.image = image or build_host_image(base)
+        self.identity = folder / "id_ed25519"
+        self.known_hosts = folder / "known_hosts"
+        self.hosts: dict[str, Host] = {}
+        if not self.identity.exists():
+            self._keygen(self.identity, "neuron-torch-testbed-controller")
+
+    @staticmethod
+    def _keygen(path: Path, comment: str) -> None:
+        subprocess.run(
+            ["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", comment, "-f", str(path)],
+            check=True,
+            stdout=subprocess.DEVNULL,
+        )
+
+    def _payload(self, name: str, port: int) -> tuple[bytes, str]:
+        keydir = self.folder / "hostkeys" / name
+        keydir.mkdir(parents=True, exist_ok=True)
+        for old in keydir.glob("ssh_host_ed25519_key*"):
+            old.unlink()
+        private = keydir / "ssh_host_ed25519_key"
+        self._keygen(private, name)
+        public = " ".join(private.with_suffix(".pub").read_text().split()[:2])
+        buffer = io.BytesIO()
+        with tarfile.open(fileobj=buffer, mode="w") as tar:
+            _add(tar, "/etc/ssh/sshd_config.d/10-testbed.conf", SSHD_CONFIG.format(port=port).encode(), 0o644)
+            _add(tar, "/etc/ssh/ssh_host_ed25519_key", private.read_bytes(), 0o600)
+            _add(tar, "/etc/ssh/ssh_host_ed25519_key.pub", (public + "\n").encode(), 0o644)
+            _add_dir(tar, f"/home/{USER}/.ssh", 0o700, UID)
+            authorized = self.identity.with_suffix(".pub").read_bytes()
+            _add(tar, f"/home/{USER}/.ssh/authorized_keys", authorized, 0o600, UID)
+        return buffer.getvalue(), public
+
+    def start(self, name: str, image: str | None = None) -> Host:
+        """Start host `name` (container <prefix>-<name>, replaced if it exists) and wait until sshd answers."""
+        container = f"{self.prefix}-{name}"
+        docker("rm", "-f", container, check=False)
+        port = free_port()
+        flags = ["--name", container, "--hostname", name, f"--add-host={name}:127.0.0.1", *RUN_FLAGS]
+        docker("create", *flags, image or self.image)
+        payload, public = self._payload(name, port)
+        docker("cp", "-", f"{container}:/", stdin=payload)
+        docker("start", container)
+        host = Host(name, container, port, public)
+        self.hosts[name] = host
+        self._write_files()
+        self._wait_for_ssh(host)
+        return host
+
+    def _wait_for_ssh(self, host: Host, timeout: float = 60) -> None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            try:
+                with socket.create_connection(("127.0.0.1", host.port), timeout=2) as conn:
+                    if conn.recv(64).startswith(b"SSH-"):
+                        return
+            except OSError:
+                time.sleep(0.3)
+        logs = docker("logs", "--tail", "30", host.container, check=False).stdout.decode(errors="replace")
+        raise HostError(f"host {host.name}: sshd did not answer on 127.0.0.1:{host.port} in {timeout:.0f} s: {logs}")
+
+    def stop(self, name: str) -> None:
+        """Stop the host's container: its port then refuses connections, as a powered-off machine's does."""
+        docker("stop", "--time", "10", self.hosts[name].container)
+
+    def exec(self, name: str, *command: str) -> subprocess.CompletedProcess[bytes]:
+        return docker("exec", self.hosts[name].container, *command, check=False)
+
+    def commit(self, name: str, image: str) -> str:
+        docker("commit", self.hosts[name].container, image)
+        return image
+
+    def remove(self) -> None:
+        if self.hosts:
+            docker("rm", "-f", *(h.container for h in self.hosts.values()), check=False)
+
+    def host_key_options(self) -> list[str]:
+        """Host-key checking on, against this fleet's known_hosts (what a user's ~/.ssh/known_hosts holds)."""
+        return ["-o", f"UserKnownHostsFile={self.known_hosts}", "-o", "StrictHostKeyChecking=yes"]
+
+    def ssh_options(self) -> list[str]:
+        """The client options every tool here uses: this fleet's key and the host-key options."""
+        identity = ["-o", f"IdentityFile={self.identity}", "-o", "IdentitiesOnly=yes", "-o", "BatchMode=yes"]
+        return identity + self.host_key_options()
+
+    def _write_files(self) -> None:
+        self.known_hosts.write_text("".join(h.known_hosts_line + "\n" for h in self.hosts.values()))
+        self.inventory().write_text(json.dumps(self.inventory_data(), indent=2) + "\n")
+
+    def inventory(self) -> Path:
+        return self.folder / "inventory.json"
+
+    def inventory_data(self) -> dict[str, object]:
+        common = " ".join(self.host_key_options())
+        hosts = {h.name: {"ansible_host": "127.0.0.1", "ansible_port": h.port} for h in self.hosts.values()}
+        return {
+            "all": {
+                "hosts": hosts,
+                "vars": {
+                    "ansible_user": USER,
+                    "ansible_ssh_private_key_file": str(self.identity),
+                    "ansible_ssh_common_args": common,
+                },
+            }
+        }
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m tests.testbed.hosts", description=(__doc__ or "").split("\n")[0])
+    parser.add_argument("action", choices=["up", "image"], help="up: start hosts NAME...; image: build the host image")
+    parser.add_argument("names", nargs="*")
+    parser.add_argument("--dir", type=Path, default=Path(".testbed/hosts"))
+    parser.add_argument("--base", default=DEFAULT_BASE)
+    parser.add_argument("--prefix", default="neuron-torch-host", help="container names: PREFIX-NAME")
+    args = parser.parse_args(argv)
+    try:
+        if args.action == "image":
+            print(build_host_image(args.base))
+            return 0
+        fleet = Fleet(args.dir, args.prefix, args.base)
+        for name in args.names:
+            host = fleet.start(name)
+            print(f"{host.name}: {host.ssh_url} (container {host.container})")
+    except HostError as error:
+        print(f"hosts: {error}", file=sys.stderr)
+        return 1
+    print(f"inventory: {fleet.inventory()}; known_hosts: {fleet.known_hosts}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
