@@ -61,6 +61,7 @@ ARG INDEX_URL
 ARG EXTRA_INDEX_URLS=""
 ARG PINS
 COPY images/docker/assert-pins.py /usr/local/lib/neuron-torch/assert-pins.py
+COPY smoke_tests/neuron_smoke/pins.py /usr/local/lib/neuron-torch/pins.py
 COPY ${CELL_DIR}/lock.txt /etc/neuron-torch/lock.txt
 RUN --mount=type=secret,id=ca --mount=type=cache,id=neuron-torch-pip,target=/root/.cache/pip \
     if [ -s /run/secrets/ca ]; then export PIP_CERT=/run/secrets/ca; fi \

@@ -59,7 +59,7 @@ def build_apt(matrix: Matrix, stamps: Stamps) -> None:
 def build_indexes(matrix: Matrix, stamps: Stamps) -> None:
     real = [(p.name, p.stat().st_size) for p in index.real_torch_wheels(matrix)]
     inputs = (matrix.indexes, matrix.families, matrix.packages, real, index.TORCH_DEPENDENCIES)
-    stage_key = key(*inputs, code=["index.py", "wheels.py", "pep503.py"])
+    stage_key = key(*inputs, code=["index.py", "wheels.py", "pep503.py", "traits.py", "traits.toml"])
     fresh = stamps.fresh("indexes", stage_key, *(WWW / "simple" / i.name / "index.html" for i in matrix.indexes))
 
     def build() -> None:
@@ -83,18 +83,17 @@ def build_bases(matrix: Matrix, wanted: list[str]) -> None:
 
 
 def build_locks(matrix: Matrix, stamps: Stamps) -> None:
+    indexes_key = stamps.folder.joinpath("indexes.key").read_text()
+    uv_cache = WORK / "uv-cache" / indexes_key
+    for stale in (WORK / "uv-cache").glob("*"):
+        if stale != uv_cache:
+            shutil.rmtree(stale)
     for cell in matrix.cells:
-        stage_key = key(
-            cell.pins,
-            cell.python,
-            cell.os.lock_platform,
-            stamps.folder.joinpath("indexes.key").read_text(),
-            code=["locks.py"],
-        )
+        stage_key = key(cell.pins, cell.python, cell.os.lock_platform, indexes_key, code=["locks.py"])
         fresh = stamps.fresh(f"lock-{cell.id}", stage_key, cell.lock_path)
 
         def build(c: Cell = cell, k: str = stage_key) -> None:
-            locks.compile_lock(matrix, c)
+            locks.compile_lock(matrix, c, uv_cache)
             stamps.mark(f"lock-{c.id}", k)
 
         _timed(f"lock {cell.id}", fresh, build)
