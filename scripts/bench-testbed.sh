@@ -9,7 +9,7 @@ if [[ ${1:-} == --bases ]]; then bases=${2:?--bases needs a value}; fi
 scripts/testbed.sh stop >/dev/null || true
 rm -rf .testbed
 if /usr/bin/docker info >/dev/null 2>&1; then
-    for image in neuron-torch-base:debian12 neuron-torch-base:debian13 neuron-torch-base:debian14; do
+    for image in neuron-torch-base:debian12 neuron-torch-base:ubuntu24.04-twin neuron-torch-base:ubuntu26.04-twin; do
         /usr/bin/docker rmi -f "$image" >/dev/null 2>&1 || true
     done
 fi

@@ -295,3 +295,31 @@ def test_the_apt_key_is_checked_against_a_pinned_fingerprint(image: BuiltImage) 
         if not ok:
             assert f"is not the pinned {wrong}" in output
     docker("rmi", "-f", "neuron-torch:key-test", check=False)
+
+
+TWIN_CELL = "2.13-py3.13-ubuntu24.04"
+ENVIRONMENT_CHECK = """
+import json, sys
+from importlib.metadata import version
+sys.path.insert(0, "/opt/neuron-torch/smoke_tests")
+from neuron_smoke import cells, pins
+cell = json.load(open("/etc/neuron-torch/cell.json"))
+problems = [pins.satisfies(d, p, version(d)) for d, p in cells.expected_pins(cell)]
+print("locked", " ".join(f"{d}=={version(d)}" for d in ("neuronx-cc", "nki")))
+print("problems", [p for p in problems if p])
+"""
+
+
+def test_the_image_builds_on_the_ubuntu_twin_with_labelled_versions(image: BuiltImage) -> None:
+    """The Ubuntu 24.04 twin holds `ubuntu` 1000:1000 and no python3, as the real image does; the image builds there
+    (the pin assertion passes on AWS-labelled versions), runs as neuron 1000:1000, and the environment stage's pin
+    check (cells.expected_pins + pins.satisfies, what verify-device runs) accepts every labelled version."""
+    matrix = image.matrix
+    tag = f"neuron-torch-test:{TWIN_CELL}"
+    build = plan_image_build(matrix, matrix.cell(TWIN_CELL), tags=(tag,), network="host")
+    assert run_image_build(build) == 0, "the twin cell's image did not build (see the docker output above)"
+    out = docker("run", "--rm", "--entrypoint", "/bin/sh", tag, "-c", "id -un; id -u; id -g; pwd").stdout.split()
+    assert out == ["neuron", "1000", "1000", "/home/neuron"]
+    check = docker("run", "--rm", "--entrypoint", "python", tag, "-c", ENVIRONMENT_CHECK).stdout
+    assert "locked neuronx-cc==2.28.7631.0+f702b353 nki==0.7.0+31049202112.g85070674" in check
+    assert "problems []" in check
