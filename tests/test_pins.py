@@ -12,11 +12,12 @@ from pathlib import Path
 from types import ModuleType
 
 import pytest
-from neuron_smoke import pins as vendored
 
 from neuron_torch import pins as canonical
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "smoke_tests"))  # as tests/smoke/conftest.py does: this file also runs on its own
+from neuron_smoke import pins as vendored  # noqa: E402
 
 # (pin, version, satisfied)
 CASES = [
