@@ -24,6 +24,7 @@ import pytest
 from neuron_torch.build import plan_image_build, run_image_build
 from neuron_torch.cli import main
 from neuron_torch.matrix import Matrix, load_matrix
+from neuron_torch.mirror import apply_mirror, load_mirror
 from neuron_torch.render_docker import args_path, build_args, read_args_file
 from tests.testbed import baseimages
 from tests.testbed.harness import CELL, DOCKER, TEST_MATRIX, built_testbed, docker, require_docker, scan_image
@@ -323,3 +324,41 @@ def test_the_image_builds_on_the_ubuntu_twin_with_labelled_versions(image: Built
     check = docker("run", "--rm", "--entrypoint", "python", tag, "-c", ENVIRONMENT_CHECK).stdout
     assert "locked neuronx-cc==2.28.7631.0+f702b353 nki==0.7.0+31049202112.g85070674" in check
     assert "problems []" in check
+
+
+STANDALONE_CELL = "2.13-py3.13-ubuntu26.04"
+
+
+def test_the_image_builds_on_the_uv_standalone_route_through_the_mirror_settings() -> None:
+    """The uv-standalone cell (3.13 on the 26.04 twin, whose distro ships 3.14): uv is installed from the pypi index
+    with --require-hashes, `uv python install` takes the test bed's interpreter archive through the mirror settings
+    ([python] downloads_json_url), and the venv, the pin assertion and the environment check run on it."""
+    require_docker()
+    matrix = served_testbed_matrix()
+    mirror = REPO / ".testbed" / "mirror.toml"
+    mirrored = apply_mirror(matrix, load_mirror(mirror))
+    assert mirrored.python_install.downloads_json_url, f"{mirror} has no [python] downloads_json_url"
+    cell = mirrored.cell(STANDALONE_CELL)
+    baseimages.twin_base(cell.os.id)  # a no-op when `scripts/testbed.sh build` (all bases) made it
+    assert cell.python_route == "uv-standalone" and cell.python != cell.os.default_python
+    tag = f"neuron-torch-test:{STANDALONE_CELL}"
+    build = plan_image_build(mirrored, cell, tags=(tag,), network="host")
+    assert run_image_build(build) == 0, "the uv-standalone cell's image did not build (see the docker output above)"
+    script = (
+        "readlink -f /opt/neuron-torch/venv/bin/python; python -c 'import sys, ssl; print(sys.version_info[:2])'; "
+        f"test ! -e /usr/bin/python{cell.python} && echo no-distro-python; id -un"
+    )
+    out = docker("run", "--rm", "--entrypoint", "/bin/sh", tag, "-c", script).stdout.split("\n")
+    assert out[0].startswith(f"/opt/neuron-torch/python/cpython-{cell.python}."), out
+    assert out[0].endswith(f"-linux-x86_64-gnu/bin/python{cell.python}"), out
+    assert out[1] == str(tuple(int(p) for p in cell.python.split("."))) and out[2:4] == ["no-distro-python", "neuron"]
+    check = docker("run", "--rm", "--entrypoint", "python", tag, "-c", ENVIRONMENT_CHECK).stdout
+    assert "problems []" in check
+
+
+def test_uv_is_installed_with_a_pinned_hash() -> None:
+    """The python stage installs uv only through a --require-hashes requirement carrying the release's sha256."""
+    text = (REPO / "Dockerfile").read_text()
+    stage = text[text.index("FROM os AS python") : text.index("FROM python AS venv")]
+    assert '"uv==${UV_VERSION} --hash=sha256:${UV_SHA256}"' in stage and "--require-hashes" in stage
+    assert not re.search(r'pip install[^\n]*"uv==', stage), "uv installed without its hash"

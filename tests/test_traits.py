@@ -4,12 +4,16 @@ twin cannot drift apart; each trait names its source."""
 from __future__ import annotations
 
 import email.parser
+import hashlib
+import json
+import tarfile
 import zipfile
 from pathlib import Path
 
 import pytest
 
-from tests.testbed import baseimages, traits
+from tests.testbed import baseimages, standalone, traits
+from tests.testbed.ami_traits import ami_trait_problems
 from tests.testbed.harness import built_testbed, docker, require_docker
 from tests.testbed.index import REAL_TORCH_DIR
 
@@ -25,6 +29,7 @@ def _requires(wheel: Path) -> list[str]:
 
 
 def test_every_trait_names_its_source() -> None:
+    assert traits.traits()["standalone"]["source"].strip()
     for section in ("wheels", "twins", "container", "ami"):
         for name, trait in traits.traits()[section].items():
             assert trait.get("source", "").strip(), f"traits.toml [{section}.{name}] names no source"
@@ -88,3 +93,85 @@ def test_the_served_wheels_carry_the_listed_traits() -> None:
             if label := trait.get("local_label"):
                 assert metadata["Version"].endswith(f"+{label}"), f"{wheel.name}: no local label +{label}"
             assert _requires(wheel) == list(trait["requires"]), f"{wheel.name}: Requires-Dist differs from traits.toml"
+
+
+def test_the_interpreter_archive_has_python_build_standalones_layout() -> None:
+    """The uv-standalone archive the bed serves: install_only layout (traits.toml [standalone]), nothing that points
+    outside it, no EXTERNALLY-MANAGED, and the download metadata naming it with its sha256."""
+    www = built_testbed().www / "python"
+    metadata = json.loads((www / standalone.METADATA).read_text())
+    assert metadata, "the test bed serves no interpreter archive"
+    for name, entry in metadata.items():
+        python = f"{entry['major']}.{entry['minor']}"
+        assert name == f"cpython-{python}.{entry['patch']}-linux-x86_64-gnu" and entry["libc"] == "gnu"
+        archive = www / entry["url"].rpartition("/")[2]
+        assert hashlib.sha256(archive.read_bytes()).hexdigest() == entry["sha256"]
+        with tarfile.open(archive) as tar:
+            members = {member.name: member for member in tar.getmembers()}
+        for path in traits.traits()["standalone"]["layout"]:
+            assert any(n == path.format(v=python) or n.startswith(path.format(v=python) + "/") for n in members), path
+        assert not [n for n, m in members.items() if m.issym() and m.linkname.startswith("/")], "absolute links"
+        assert not [n for n in members if n.endswith("EXTERNALLY-MANAGED")]
+        assert any(n.startswith(f"python/lib/python{python}/ensurepip/_bundled/pip-") for n in members)
+
+
+class _Result:
+    def __init__(self, stdout: str) -> None:
+        self.stdout = stdout
+
+
+class _Thing:
+    def __init__(self, present: bool) -> None:
+        self.exists = self.is_directory = self.is_installed = present
+
+
+class FakeAmiHost:
+    """A testinfra-like host holding exactly the given paths, packages, users and enabled units."""
+
+    def __init__(self, paths: dict[str, str], packages: set[str], users: set[str], enabled: set[str]) -> None:
+        self.paths, self.packages, self.users, self.enabled = paths, packages, users, enabled
+
+    def file(self, path: str) -> _Thing:
+        return _Thing(path in self.paths)
+
+    def user(self, name: str) -> _Thing:
+        return _Thing(name in self.users)
+
+    def package(self, name: str) -> _Thing:
+        return _Thing(name in self.packages)
+
+    def run(self, command: str) -> _Result:
+        verb, _, arg = command.rpartition(" ")
+        if verb == "cat":
+            return _Result(self.paths.get(arg, ""))
+        return _Result("enabled\n" if arg in self.enabled else "disabled\n")
+
+
+def _ami_like() -> FakeAmiHost:
+    ami = traits.traits()["ami"]
+    paths = {ami["sudo"]["path"]: ami["sudo"]["sudoers"] + "\n", ami["machine_id"]["path"]: "0" * 32}
+    paths |= {p: "" for p in [*ami["cloud_init"]["folders"], *ami["ssh_host_keys"]["paths"]]}
+    packages = {*ami["kernel"]["packages"], ami["python3"]["package"]}
+    return FakeAmiHost(paths, packages, {ami["sudo"]["user"]}, set(ami["timers"]["enabled"]))
+
+
+def test_the_ami_trait_check_passes_a_host_with_every_trait_and_names_each_missing_one() -> None:
+    """ami_trait_problems() is what the systemd + sshd hosts (issue 14) run over a testinfra host; here it runs over
+    hosts that carry every [ami] trait, or all but one."""
+    assert ami_trait_problems(_ami_like()) == []
+    ami = traits.traits()["ami"]
+    removals = {
+        "timers": lambda h: h.enabled.discard(ami["timers"]["enabled"][1]),
+        "kernel": lambda h: h.packages.discard("linux-aws"),
+        "sudo": lambda h: h.paths.__setitem__(ami["sudo"]["path"], "ubuntu ALL=(ALL) ALL\n"),
+        "cloud_init": lambda h: h.paths.pop(ami["cloud_init"]["folders"][0]),
+        "ssh_host_keys": lambda h: h.paths.pop(ami["ssh_host_keys"]["paths"][0]),
+        "machine_id": lambda h: h.paths.pop(ami["machine_id"]["path"]),
+        "python3": lambda h: h.packages.discard("python3"),
+    }
+    for trait, remove in removals.items():
+        host = _ami_like()
+        remove(host)
+        problems = ami_trait_problems(host)
+        assert len(problems) == 1 and problems[0].startswith(f"[ami.{trait}]"), (trait, problems)
+        assert ami[trait]["source"] in problems[0]

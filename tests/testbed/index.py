@@ -21,7 +21,7 @@ import sys
 from pathlib import Path
 
 from neuron_torch.matrix import Matrix
-from tests.testbed import traits
+from tests.testbed import standalone, traits
 from tests.testbed.pep503 import write_index
 from tests.testbed.wheels import FixtureWheel, build_wheel
 
@@ -107,6 +107,7 @@ def build_indexes(matrix: Matrix, www: Path, work: Path) -> dict[str, Path]:
     pypi = download_dependencies(work / "downloads", list(matrix.pythons)) + [
         build_wheel(w, wheels / "pypi") for w in trap_wheels(matrix)
     ]
+    pypi.append(standalone.download_uv(matrix, work / "downloads" / "tools"))  # the real uv wheel (hash-pinned)
     contents = {"neuron": neuron, "pytorch-cpu": cpu, "pypi": pypi}
     names = {index.name for index in matrix.indexes}
     if names != set(contents):
