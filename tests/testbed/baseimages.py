@@ -42,7 +42,8 @@ def debian_mirror() -> str:
 
 def twin_for(image: str) -> dict[str, Any] | None:
     """The traits.toml twin that `image` stands in for; None for a plain Debian base."""
-    return next((twin for twin in traits()["twins"].values() if twin["image"] == image), None)
+    tag = image.rpartition(":")[2]  # by tag, so that a bed with its own repository name (bench) builds the same twins
+    return next((twin for twin in traits()["twins"].values() if twin["image"].rpartition(":")[2] == tag), None)
 
 
 def _write(path: str, lines: list[str]) -> str:
