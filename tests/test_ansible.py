@@ -292,7 +292,7 @@ def test_verify_playbook_writes_one_summary_naming_each_host_and_verdict(converg
 UV_CELL = "2.13-py3.13-ubuntu26.04"
 UV_PLAY = """---
 - name: The cell's Python (uv-standalone) and venv
-  hosts: all
+  hosts: "{host}"
   vars_files: ["{vars}"]
   roles: [python_env]
 """
@@ -315,7 +315,7 @@ def test_the_uv_standalone_cell_converges_and_a_second_run_changes_nothing(
         prepared = in_container(name, "sh", "-c", "apt-get update -qq && apt-get install -y -qq python3 >/dev/null")
         assert prepared.returncode == 0, prepared.stdout + prepared.stderr
         play = tmp_path / "uv.yml"
-        play.write_text(UV_PLAY.format(vars=test_release_vars))
+        play.write_text(UV_PLAY.format(host=name, vars=test_release_vars))  # never the controller
         extra = {
             "neuron_cell": UV_CELL,
             "neuron_lock_file": str(folder / "locks" / f"{UV_CELL}.txt"),
