@@ -28,13 +28,18 @@ RUN --mount=type=secret,id=ca \
     && if [ -n "$APT_KEY_FINGERPRINT" ] && [ "$found" != "$APT_KEY_FINGERPRINT" ]; then \
          echo "apt key fingerprint $found is not the pinned $APT_KEY_FINGERPRINT" >&2; exit 1; fi
 
-# The cell's Python: the distro's own (route "distro"), or a standalone CPython installed by a pinned uv
-# (route "uv-standalone", python-build-standalone, installed under /opt/neuron-torch/python).
+# The cell's Python: the distro's own (route "distro"), or a standalone CPython installed by a pinned, hash-checked
+# uv (route "uv-standalone", python-build-standalone, installed under /opt/neuron-torch/python). uv reads where
+# interpreters come from out of UV_PYTHON_DOWNLOADS_JSON_URL / UV_PYTHON_INSTALL_MIRROR (mirror settings); empty
+# means its built-in list.
 FROM os AS python
 SHELL ["/bin/bash", "-o", "pipefail", "-c"]
 ARG PYTHON
 ARG PYTHON_ROUTE
 ARG UV_VERSION
+ARG UV_SHA256
+ARG UV_PYTHON_DOWNLOADS_JSON_URL=""
+ARG UV_PYTHON_INSTALL_MIRROR=""
 ARG PYPI_INDEX_URL
 RUN --mount=type=secret,id=ca \
     if [ "$PYTHON_ROUTE" = distro ]; then \
@@ -44,11 +49,16 @@ RUN --mount=type=secret,id=ca \
       /usr/local/lib/neuron-torch/apt-install.sh python3 python3-venv ca-certificates \
       && if [ -s /run/secrets/ca ]; then export PIP_CERT=/run/secrets/ca SSL_CERT_FILE=/run/secrets/ca; fi \
       && python3 -m venv /tmp/uv \
-      && /tmp/uv/bin/pip install --no-cache-dir --index-url "$PYPI_INDEX_URL" "uv==${UV_VERSION}" \
-      && UV_PYTHON_INSTALL_DIR=/opt/neuron-torch/python /tmp/uv/bin/uv python install --no-cache "$PYTHON" \
-      && ln -s "$(UV_PYTHON_INSTALL_DIR=/opt/neuron-torch/python /tmp/uv/bin/uv python find "$PYTHON")" \
+      && echo "uv==${UV_VERSION} --hash=sha256:${UV_SHA256}" > /tmp/uv-lock.txt \
+      && PIP_CONFIG_FILE=/dev/null /tmp/uv/bin/pip install --disable-pip-version-check --no-cache-dir \
+           --require-hashes --no-deps --index-url "$PYPI_INDEX_URL" -r /tmp/uv-lock.txt \
+      && export UV_PYTHON_INSTALL_DIR=/opt/neuron-torch/python \
+      && if [ -z "$UV_PYTHON_DOWNLOADS_JSON_URL" ]; then unset UV_PYTHON_DOWNLOADS_JSON_URL; fi \
+      && if [ -z "$UV_PYTHON_INSTALL_MIRROR" ]; then unset UV_PYTHON_INSTALL_MIRROR; fi \
+      && /tmp/uv/bin/uv python install --no-cache --no-bin "$PYTHON" \
+      && ln -s "$(/tmp/uv/bin/uv python find --python-preference only-managed "$PYTHON")" \
            /usr/local/bin/neuron-torch-python \
-      && rm -rf /tmp/uv; \
+      && rm -rf /tmp/uv /tmp/uv-lock.txt; \
     else echo "unknown PYTHON_ROUTE '$PYTHON_ROUTE'" >&2; exit 1; fi \
     && mkdir -p /opt/neuron-torch/python \
     && neuron-torch-python --version
@@ -63,7 +73,7 @@ ARG CELL_ID
 ARG INDEX_URL
 ARG EXTRA_INDEX_URLS=""
 ARG PINS
-COPY images/docker/assert-pins.py src/neuron_torch/lockgate.py /usr/local/lib/neuron-torch/
+COPY images/docker/assert-pins.py src/neuron_torch/lockgate.py smoke_tests/neuron_smoke/pins.py /usr/local/lib/neuron-torch/
 COPY ${CELL_DIR}/lock.txt ${CELL_DIR}/gate.json /etc/neuron-torch/
 RUN --mount=type=secret,id=ca --mount=type=cache,id=neuron-torch-pip,target=/root/.cache/pip \
     neuron-torch-python /usr/local/lib/neuron-torch/lockgate.py --cell "$CELL_ID" \
@@ -94,8 +104,10 @@ RUN --mount=type=secret,id=ca \
          > /etc/apt/sources.list.d/neuron.list \
     && runtime=""; if [ "$PYTHON_ROUTE" = distro ]; then runtime="python${PYTHON}"; fi \
     && set -f && /usr/local/lib/neuron-torch/apt-install.sh $runtime $APT_PACKAGES && set +f \
-    && rm /usr/local/lib/neuron-torch/apt-install.sh \
-    && useradd --create-home --uid 1000 --user-group --shell /bin/bash neuron
+    && rm /usr/local/lib/neuron-torch/apt-install.sh
+# The non-root user neuron, uid/gid 1000: the base's own uid-1000 user (ubuntu on the official images) renamed, or new.
+COPY images/docker/runtime-user.sh /usr/local/lib/neuron-torch/runtime-user.sh
+RUN /usr/local/lib/neuron-torch/runtime-user.sh && rm /usr/local/lib/neuron-torch/runtime-user.sh
 COPY --from=python /opt/neuron-torch/python /opt/neuron-torch/python
 COPY --from=venv /opt/neuron-torch/venv /opt/neuron-torch/venv
 COPY --from=venv /etc/neuron-torch/lock.txt /etc/neuron-torch/lock.txt

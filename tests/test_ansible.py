@@ -242,3 +242,53 @@ def test_molecule_converges_idempotently_and_passes_the_shared_testinfra_suite(t
             )
     finally:
         run([molecule, "destroy"], cwd=ANSIBLE, timeout=600, env=env)
+
+
+# --- the uv-standalone route: a plain playbook run, twice, on the Ubuntu 26.04 twin ----------------------------------
+
+UV_CELL = "2.13-py3.13-ubuntu26.04"
+UV_PLAY = """---
+- name: The cell's Python (uv-standalone) and venv
+  hosts: "{host}"
+  vars_files: ["{vars}"]
+  roles: [python_env]
+"""
+
+
+def test_the_uv_standalone_cell_converges_and_a_second_run_changes_nothing(
+    test_release_vars: Path, tmp_path: Path
+) -> None:
+    """python_env on the uv-standalone cell (3.13 on the 26.04 twin, whose distro ships 3.14), given python3 as
+    Ubuntu's AMIs have it (traits.toml [ami.python3]): uv from the pypi index with --require-hashes, the interpreter
+    from the test bed's archive through the mirror settings' [python], the venv from the hash lock; then changed=0."""
+    docker_ready()
+    folder = find_testbed()
+    from tests.testbed.baseimages import twin_base
+
+    image = twin_base("ubuntu26.04")
+    mirror = tomllib.loads((folder / "mirror.toml").read_text())
+    name = container(f"nt-uv-converge-{uuid.uuid4().hex[:6]}", image)
+    try:
+        prepared = in_container(name, "sh", "-c", "apt-get update -qq && apt-get install -y -qq python3 >/dev/null")
+        assert prepared.returncode == 0, prepared.stdout + prepared.stderr
+        play = tmp_path / "uv.yml"
+        play.write_text(UV_PLAY.format(host=name, vars=test_release_vars))  # never the controller
+        extra = {
+            "neuron_cell": UV_CELL,
+            "neuron_lock_file": str(folder / "locks" / f"{UV_CELL}.txt"),
+            "python_env_index_overrides": mirror["indexes"],
+            "python_env_uv_python_downloads_json_url": mirror["python"]["downloads_json_url"],
+        }
+        (tmp_path / "extra.json").write_text(json.dumps(extra))
+        argv = [tool("ansible-playbook"), "-i", inventory(tmp_path, [name]), play, "-e", f"@{tmp_path / 'extra.json'}"]
+        env = {"ANSIBLE_ROLES_PATH": str(ANSIBLE / "roles"), "ANSIBLE_FILTER_PLUGINS": str(ANSIBLE / "filter_plugins")}
+        first = run(argv, cwd=ANSIBLE, env=env, timeout=900)
+        assert first.returncode == 0, (first.stdout + first.stderr)[-8000:]
+        second = run(argv, cwd=ANSIBLE, env=env, timeout=600)
+        assert second.returncode == 0, (second.stdout + second.stderr)[-8000:]
+        assert re.search(rf"{name}\s*: ok=\d+\s+changed=0 ", second.stdout), second.stdout[-3000:]
+        python = in_container(name, "readlink", "-f", "/opt/neuron-torch/venv/bin/python").stdout.strip()
+        assert python.startswith("/opt/neuron-torch/python/cpython-3.13.") and python.endswith("/bin/python3.13")
+        assert in_container(name, "test", "-e", "/usr/bin/python3.13").returncode == 1, "the distro has no 3.13"
+    finally:
+        run(["docker", "rm", "-f", name], timeout=120)

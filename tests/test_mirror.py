@@ -17,6 +17,7 @@ from neuron_torch.mirror import (
     mirror_from_env,
     redact,
 )
+from neuron_torch.render_docker import build_args
 
 EXAMPLE = Path(__file__).resolve().parents[1] / "constraints" / "mirror.example.toml"
 FINGERPRINT = "0123456789ABCDEF0123456789ABCDEF01234567"
@@ -37,6 +38,17 @@ def test_example_loads_and_applies(matrix: Matrix) -> None:
     assert [i.serves for i in mirrored.indexes] == [i.serves for i in matrix.indexes]
     assert mirrored.index_for("torch").name == "pytorch-cpu"
     assert mirrored.cells == matrix.cells
+    assert mirrored.python_install.install_mirror == mirror.python_install_mirror != ""
+
+
+def test_python_downloads_reach_the_image_build_args(matrix: Matrix, tmp_path: Path) -> None:
+    url = "https://m/uv/download-metadata.json"
+    mirrored = apply_mirror(matrix, load_mirror(write(tmp_path, f'[python]\ndownloads_json_url = "{url}"\n')))
+    cell = next(c for c in mirrored.cells if c.python_route == "uv-standalone")
+    args = build_args(mirrored, cell)
+    assert args["UV_PYTHON_DOWNLOADS_JSON_URL"] == url and args["UV_PYTHON_INSTALL_MIRROR"] == ""
+    assert build_args(matrix, cell)["UV_PYTHON_DOWNLOADS_JSON_URL"] == "", "no mirror: uv's built-in list"
+    assert args["UV_SHA256"] == matrix.python_install.uv_sha256
 
 
 def test_defaults_are_the_release_urls(matrix: Matrix) -> None:
@@ -69,6 +81,7 @@ def test_unknown_index_name_is_refused(matrix: Matrix, tmp_path: Path) -> None:
         ('[apt]\nkey_fingerprint = "ABCD"\n', "40 hex digits"),
         ('ca_bundle = "missing.pem"\n', "no such CA bundle"),
         ('[mirrors]\nx = "y"\n', "unknown key"),
+        ('[python]\njson_url = "y"\n', "takes downloads_json_url and install_mirror"),
         ("[apt\n", "not valid TOML"),
     ],
 )

@@ -60,7 +60,7 @@ def test_build_serves_the_apt_repo_and_the_indexes() -> None:
     key = fetch("/apt/testbed-archive-key.asc")
     assert key.startswith("-----BEGIN PGP PUBLIC KEY BLOCK-----")
     assert "PRIVATE" not in key
-    for codename in ("bookworm", "trixie", "forky"):
+    for codename in ("bookworm", "noble", "resolute"):
         assert "BEGIN PGP SIGNED MESSAGE" in fetch(f"/apt/dists/{codename}/InRelease")
     packages = fetch("/apt/dists/bookworm/main/binary-amd64/Packages")
     for package in bed.matrix.apt.packages:

@@ -2,17 +2,33 @@
 
 A lock entry is `name==version \\` followed by `--hash=...` lines and comments, one of which is `# from INDEX_URL`:
 the index the entry was locked from. Installing each index's entries with `--index-url` of that index alone (and
-`--no-deps`) keeps pip's index routing exactly as the lock recorded it.
+`--no-deps`) keeps pip's index routing exactly as the lock recorded it. Installed versions are compared with the
+locked ones by PEP 440 through the checkout's smoke_tests/neuron_smoke/pins.py (the standard-library copy of
+neuron_torch.pins; the roles run from a checkout), never as strings.
 """
 
 from __future__ import annotations
 
+import importlib.util
 import re
+from pathlib import Path
+from types import ModuleType
 from typing import Any
+
+_PINS_FILE = Path(__file__).resolve().parents[2] / "smoke_tests" / "neuron_smoke" / "pins.py"
 
 _ENTRY = re.compile(r"^(?P<name>[A-Za-z0-9][A-Za-z0-9._-]*)==(?P<version>[^\s\\;]+)")
 _FROM = re.compile(r"^\s*#\s*from\s+(?P<url>\S+)")
 _INDEX = re.compile(r"^#\s*index\s+(?P<name>[^:\s]+):\s*(?P<url>\S+)")
+
+
+def _pins() -> ModuleType:
+    spec = importlib.util.spec_from_file_location("neuron_torch_pins", _PINS_FILE)
+    if spec is None or spec.loader is None or not _PINS_FILE.is_file():
+        raise FileNotFoundError(f"{_PINS_FILE} is missing: run the playbooks from a neuron-torch checkout")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
 
 
 def _canonical(name: str) -> str:
@@ -74,7 +90,12 @@ def neuron_lock_groups(text: str, overrides: dict[str, str] | None = None) -> li
 def neuron_lock_missing(text: str, installed: list[dict[str, str]]) -> list[str]:
     """The locked `name==version` entries that `installed` (pip list --format=json) lacks or holds at another version."""
     have = {_canonical(item["name"]): item["version"] for item in installed}
-    return [f"{name}=={version}" for name, version in neuron_lock_versions(text).items() if have.get(name) != version]
+    satisfies = _pins().satisfies
+    return [
+        f"{name}=={version}"
+        for name, version in neuron_lock_versions(text).items()
+        if name not in have or satisfies(name, version, have[name])
+    ]
 
 
 class FilterModule:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import fnmatch
 import json
 import os
 import re
@@ -66,13 +65,6 @@ def _from_cli(cell_id: str) -> dict[str, Any]:
 
 def normalize(name: str) -> str:
     return re.sub(r"[-_.]+", "-", name).lower()
-
-
-def version_matches(installed: str, pin: str) -> bool:
-    """Exact match, or fnmatch for family patterns such as `2.14.3.0.*`."""
-    if any(c in pin for c in "*?["):
-        return fnmatch.fnmatchcase(installed, pin)
-    return installed == pin
 
 
 def expected_pins(cell: dict[str, Any]) -> list[tuple[str, str]]:

@@ -8,7 +8,7 @@ import sys
 from importlib import metadata
 from pathlib import Path
 
-from neuron_smoke import cells
+from neuron_smoke import cells, pins
 from neuron_smoke.context import Context, StageLog
 
 REPORTED = ("torch", "torch-neuronx", "neuronx-cc", "nki")
@@ -75,8 +75,9 @@ def _check_pins(ctx: Context, log: StageLog, on_neuron: bool) -> None:
                 absent.append(dist)
             continue
         checked += 1
-        if not cells.version_matches(have, pin):
-            mismatches.append(f"{dist} {have} != {pin}")
+        problem = pins.satisfies(dist, pin, have)
+        if problem:
+            mismatches.append(problem)
     log.numbers["pins_checked"] = checked
     log.numbers["pin_mismatches"] = mismatches
     if absent:

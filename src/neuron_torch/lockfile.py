@@ -17,6 +17,7 @@ from neuron_torch.lockgate import (
     seal_problems,
 )
 from neuron_torch.matrix import Cell, Index, Matrix, canonical_name
+from neuron_torch.pins import satisfies
 
 __all__ = ["Lock", "LockedPackage", "gate_lock", "lock_problems", "read_lock", "seal_command", "seal_problems"]
 
@@ -111,15 +112,9 @@ def lock_problems(lock: Lock, matrix: Matrix, cell: Cell) -> list[str]:
         locked = lock.package(name)
         if locked is None:
             problems.append(f"{where}: {name} is missing; the cell pins {name}=={wanted}")
-        elif not _version_matches(locked.version, wanted):
-            problems.append(f"{where}: {name} {locked.version} does not match the cell's pin {name}=={wanted}")
+        elif problem := satisfies(name, wanted, locked.version):
+            problems.append(f"{where}: {problem} (the cell's pin)")
     return problems
-
-
-def _version_matches(version: str, wanted: str) -> bool:
-    if wanted.endswith(".*"):
-        return version.startswith(wanted[:-1])
-    return version == wanted
 
 
 def gate_lock(matrix: Matrix, cell: Cell, path: Path) -> Lock:

@@ -70,8 +70,14 @@ class OperatingSystem:
 @dataclass(frozen=True)
 class PythonInstall:
     uv: str
+    uv_sha256: str  # of uv's manylinux x86_64 wheel on PyPI: uv is installed with --require-hashes
     route_default: str
     route_other: str
+    # Where `uv python install` finds interpreters: empty = uv's built-in python-build-standalone metadata and URLs;
+    # set from mirror settings ([python] in docs/mirrors.md), passed on as UV_PYTHON_DOWNLOADS_JSON_URL and
+    # UV_PYTHON_INSTALL_MIRROR.
+    downloads_json_url: str = ""
+    install_mirror: str = ""
 
 
 @dataclass(frozen=True)
@@ -331,6 +337,12 @@ class _Reader:
             raise self.fail(f"{prefix}{key}", f"'{value}' is not an exact version (or a `X.Y.*` family pattern)")
         return value
 
+    def sha256(self, data: Mapping[str, Any], key: str, prefix: str = "") -> str:
+        value = self.text(data, key, prefix)
+        if not re.fullmatch(r"[0-9a-f]{64}", value):
+            raise self.fail(f"{prefix}{key}", f"'{value}' is not a sha256 (64 lowercase hex digits)")
+        return value
+
     def python(self, value: object, key: str) -> str:
         if not isinstance(value, str) or not _PYTHON.match(value):
             raise self.fail(key, f'{value!r} is not a Python version like "3.12"')
@@ -490,6 +502,7 @@ def _parse(data: Mapping[str, Any], path: Path, root: Path) -> Matrix:
     pyi = r.table(data, "python_install")
     python_install = PythonInstall(
         uv=r.version(pyi, "uv", "python_install."),
+        uv_sha256=r.sha256(pyi, "uv_sha256", "python_install."),
         route_default=r.text(pyi, "route_default", "python_install."),
         route_other=r.text(pyi, "route_other", "python_install."),
     )

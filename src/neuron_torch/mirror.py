@@ -53,6 +53,8 @@ class Mirror:
     indexes: Mapping[str, str] = field(default_factory=dict)
     ca_bundle: Path | None = None
     proxy: Proxy = Proxy()
+    python_downloads_json_url: str = ""
+    python_install_mirror: str = ""
 
     def describe(self) -> str:
         """A printable summary with credentials redacted."""
@@ -60,6 +62,9 @@ class Mirror:
         if self.apt_url:
             lines.append(f"  apt: {redact(self.apt_url)} (key {redact(self.apt_key_url) or 'from the release'})")
         lines += [f"  index {name}: {redact(url)}" for name, url in self.indexes.items()]
+        if self.python_downloads_json_url or self.python_install_mirror:
+            json_url, mirror = redact(self.python_downloads_json_url), redact(self.python_install_mirror)
+            lines.append(f"  python downloads: {json_url or 'uv built-in'} (mirror {mirror or 'none'})")
         lines.append(f"  CA bundle: {self.ca_bundle or 'none'}")
         lines.append(f"  proxy: {self.proxy.describe()}")
         return "\n".join(lines)
@@ -90,15 +95,22 @@ def load_mirror(path: Path | str) -> Mirror:
         data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as error:
         raise NeuronTorchError(f"{source}: not valid TOML: {error}") from None
-    unknown = set(data) - {"apt", "indexes", "ca_bundle", "proxy"}
+    unknown = set(data) - {"apt", "indexes", "ca_bundle", "proxy", "python"}
     if unknown:
         raise NeuronTorchError(f"{source}: unknown key(s) {', '.join(sorted(unknown))}; see docs/mirrors.md")
     apt = data.get("apt", {})
     indexes = data.get("indexes", {})
     proxy = data.get("proxy", {})
-    for name, table in (("apt", apt), ("indexes", indexes), ("proxy", proxy)):
+    python = data.get("python", {})
+    for name, table in (("apt", apt), ("indexes", indexes), ("proxy", proxy), ("python", python)):
         if not isinstance(table, Mapping):
             raise NeuronTorchError(f"{source}: [{name}] must be a table")
+    unknown_python = set(python) - {"downloads_json_url", "install_mirror"}
+    if unknown_python:
+        raise NeuronTorchError(
+            f"{source}: [python] has unknown key(s) {', '.join(sorted(unknown_python))}; "
+            "it takes downloads_json_url and install_mirror (docs/mirrors.md)"
+        )
     fingerprint = _str(apt, "key_fingerprint", f"{source} [apt]").replace(" ", "").upper()
     if fingerprint and not _FINGERPRINT.match(fingerprint):
         raise NeuronTorchError(f"{source}: [apt] key_fingerprint must be 40 hex digits, not {fingerprint!r}")
@@ -118,6 +130,8 @@ def load_mirror(path: Path | str) -> Mirror:
             https=_str(proxy, "https", f"{source} [proxy]"),
             no_proxy=_str(proxy, "no_proxy", f"{source} [proxy]"),
         ),
+        python_downloads_json_url=_str(python, "downloads_json_url", f"{source} [python]"),
+        python_install_mirror=_str(python, "install_mirror", f"{source} [python]").rstrip("/"),
     )
 
 
@@ -145,4 +159,9 @@ def apply_mirror(matrix: Matrix, mirror: Mirror | None) -> Matrix:
         key_fingerprint=mirror.apt_key_fingerprint or matrix.apt.key_fingerprint,
     )
     indexes = tuple(Index(i.name, mirror.indexes.get(i.name, i.url), i.serves) for i in matrix.indexes)
-    return replace(matrix, apt=apt, indexes=indexes)
+    python_install = replace(
+        matrix.python_install,
+        downloads_json_url=mirror.python_downloads_json_url or matrix.python_install.downloads_json_url,
+        install_mirror=mirror.python_install_mirror or matrix.python_install.install_mirror,
+    )
+    return replace(matrix, apt=apt, indexes=indexes, python_install=python_install)

@@ -51,6 +51,7 @@ def ansible_data(matrix: Matrix) -> dict[str, Any]:
             },
             "indexes": [{"name": i.name, "url": i.url, "serves": list(i.serves)} for i in matrix.indexes],
             "uv": matrix.python_install.uv,
+            "uv_sha256": matrix.python_install.uv_sha256,
             "cells": {cell.id: cell_record(matrix, cell) for cell in matrix.cells},
             "caveats": {cell.id: caveats(matrix, cell) for cell in matrix.cells},
             "unsupported": {

@@ -41,19 +41,6 @@ def test_normwise_error_treats_nan_as_failure() -> None:
     assert normwise_error(torch.tensor([float("nan")]), torch.tensor([1.0])) == float("inf")
 
 
-@pytest.mark.parametrize(
-    ("installed", "pin", "ok"),
-    [
-        ("2.14.3.0.123", "2.14.3.0.*", True),
-        ("2.13.3.0.1", "2.14.3.0.*", False),
-        ("0.7.0", "0.7.0", True),
-        ("0.7.0", "0.7", False),
-    ],
-)
-def test_version_matches(installed: str, pin: str, ok: bool) -> None:
-    assert cells.version_matches(installed, pin) is ok
-
-
 def test_expected_pins_include_named_and_locked_entries() -> None:
     cell = {"id": "x", "torch": "2.14.0+cpu", "torch_neuronx": "2.14.3.0.*", "locked": {"Torch_Neuronx": "2.14.3.0.9"}}
     assert cells.expected_pins(cell) == [

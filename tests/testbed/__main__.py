@@ -8,6 +8,7 @@ serve   (re)starts the server over .testbed/www; stop stops it; status says whet
 from __future__ import annotations
 
 import argparse
+import os
 import shutil
 import subprocess
 import sys
@@ -18,11 +19,12 @@ from pathlib import Path
 from neuron_torch import lock as neuron_lock
 from neuron_torch import lockfile as neuron_lockfile
 from neuron_torch.matrix import Cell, Matrix, load_matrix
-from tests.testbed import aptrepo, baseimages, index, locks, server
+from tests.testbed import aptrepo, baseimages, index, locks, server, standalone
 from tests.testbed.cache import Stamps, key
 
 ROOT = Path(__file__).resolve().parents[2]
-TESTBED = ROOT / ".testbed"
+# Another folder for a second bed beside this checkout's (scripts/bench-testbed.sh); the tests read the same variable.
+TESTBED = Path(os.environ.get("NEURON_TORCH_TESTBED_DIR") or ROOT / ".testbed")
 WWW = TESTBED / "www"
 WORK = TESTBED / "work"
 PID_FILE = TESTBED / "server.pid"
@@ -60,8 +62,8 @@ def build_apt(matrix: Matrix, stamps: Stamps) -> None:
 
 def build_indexes(matrix: Matrix, stamps: Stamps) -> None:
     real = [(p.name, p.stat().st_size) for p in index.real_torch_wheels(matrix)]
-    inputs = (matrix.indexes, matrix.families, matrix.packages, real, index.TORCH_DEPENDENCIES)
-    stage_key = key(*inputs, code=["index.py", "wheels.py", "pep503.py"])
+    inputs = (matrix.indexes, matrix.families, matrix.packages, real, index.TORCH_DEPENDENCIES, matrix.python_install)
+    stage_key = key(*inputs, code=["index.py", "wheels.py", "pep503.py", "traits.py", "traits.toml", "standalone.py"])
     fresh = stamps.fresh("indexes", stage_key, *(WWW / "simple" / i.name / "index.html" for i in matrix.indexes))
 
     def build() -> None:
@@ -84,20 +86,48 @@ def build_bases(matrix: Matrix, wanted: list[str]) -> None:
         _timed(f"base image {system.base_image}", fresh, lambda s=system: baseimages.build_base(s, WORK / "bases"))
 
 
+def build_pythons(matrix: Matrix, stamps: Stamps) -> None:
+    """The uv-standalone cells' interpreter archives (on their build_on twin) and the download metadata naming them."""
+    pythons = standalone.standalone_pythons(matrix)
+    if not pythons or not docker_works():
+        return
+    archives = {}
+    for python in pythons:
+        builder = matrix.operating_system(standalone.spec(python)["build_on"])
+        if baseimages.current_key(builder.base_image) != baseimages.image_key(builder):
+            build_bases(matrix, [builder.id])  # the archive is made on that twin (even with --bases debian12)
+        out = WORK / "python" / python
+        stage_key = standalone.archive_key(matrix, python)
+        fresh = stamps.fresh(f"python-{python}", stage_key, out / "version.txt") and any(out.glob("*.tar.gz"))
+
+        def build(p: str = python, o: Path = out, k: str = stage_key) -> None:
+            standalone.build_archive(matrix, p, o, WORK / "index" / "downloads" / "tools")
+            stamps.mark(f"python-{p}", k)
+
+        _timed(f"interpreter archive {python}", fresh, build)
+        archives[python] = next(out.glob("*.tar.gz"))
+    standalone.publish(archives, WWW, server.base_url())
+
+
 def build_locks(matrix: Matrix, stamps: Stamps) -> None:
+    indexes_key = stamps.folder.joinpath("indexes.key").read_text()
+    uv_cache = WORK / "uv-cache" / indexes_key
+    for stale in (WORK / "uv-cache").glob("*"):
+        if stale != uv_cache:
+            shutil.rmtree(stale)
     for cell in matrix.cells:
         stage_key = key(
             cell.pins,
             cell.python,
             cell.os.lock_platform,
-            stamps.folder.joinpath("indexes.key").read_text(),
+            indexes_key,
             *(Path(module.__file__ or "").read_bytes() for module in (neuron_lock, neuron_lockfile)),  # the format
             code=["locks.py"],
         )
         fresh = stamps.fresh(f"lock-{cell.id}", stage_key, cell.lock_path)
 
         def build(c: Cell = cell, k: str = stage_key) -> None:
-            locks.compile_lock(matrix, c)
+            locks.compile_lock(matrix, c, uv_cache)
             stamps.mark(f"lock-{c.id}", k)
 
         _timed(f"lock {cell.id}", fresh, build)
@@ -107,10 +137,14 @@ def write_mirror_file(matrix: Matrix) -> None:
     """The test bed's mirror settings: the test release's URLs with the throwaway key's fingerprint pinned."""
     fingerprint = (WORK / "apt" / "fingerprint").read_text().strip()
     indexes = "".join(f'{index.name} = "{index.url}"\n' for index in matrix.indexes)
+    python = ""
+    if standalone.standalone_pythons(matrix):
+        python = f'\n[python]\ndownloads_json_url = "{server.base_url()}/python/{standalone.METADATA}"\n'
+
     MIRROR_FILE.write_text(
         "# Written by tests/testbed: the loopback test bed as a mirror (see docs/mirrors.md).\n"
         f'[apt]\nurl = "{matrix.apt.url}"\nkey_url = "{matrix.apt.key_url}"\nkey_fingerprint = "{fingerprint}"\n\n'
-        f"[indexes]\n{indexes}"
+        f"[indexes]\n{indexes}{python}"
     )
 
 
@@ -135,6 +169,7 @@ def build(matrix: Matrix, bases: str) -> None:
     write_mirror_file(matrix)
     wanted = list(matrix.os) if bases == "all" else [] if bases == "none" else bases.split(",")
     build_bases(matrix, wanted)
+    build_pythons(matrix, stamps)
     serve()
     build_locks(matrix, stamps)
 

@@ -1,16 +1,21 @@
 """Hash locks for the test cells: `neuron_torch.lock.lock_cell` against the loopback indexes.
 
 The test bed locks with the toolkit's own locker, so the locks exercise the real per-package index routing (the
-traps on the pypi index must never be picked) and land where every consumer looks: `cell.lock_path`.
+traps on the pypi index must never be picked) and land where every consumer looks: `cell.lock_path`. uv's cache is
+one folder per build of the indexes: the test bed rewrites its pages under the same URLs, which uv's HTTP cache
+would otherwise answer from the previous build (observed: a lock that named a wheel no longer served).
 """
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
+from unittest import mock
 
 from neuron_torch.lock import lock_cell
 from neuron_torch.matrix import Cell, Matrix
 
 
-def compile_lock(matrix: Matrix, cell: Cell) -> Path:
-    return lock_cell(matrix, cell)
+def compile_lock(matrix: Matrix, cell: Cell, uv_cache: Path) -> Path:
+    with mock.patch.dict(os.environ, {"UV_CACHE_DIR": str(uv_cache)}):
+        return lock_cell(matrix, cell)

@@ -19,8 +19,15 @@ PORT = 38080
 TOKEN_FILE = "testbed-server-token"
 
 
+PORT_ENV = "NEURON_TORCH_TESTBED_PORT"  # another port, for a second bed beside this one (scripts/bench-testbed.sh)
+
+
+def port() -> int:
+    return int(os.environ.get(PORT_ENV) or PORT)
+
+
 def base_url() -> str:
-    return f"http://{HOST}:{PORT}"
+    return f"http://{HOST}:{port()}"
 
 
 def _pid(pid_file: Path) -> int | None:
@@ -57,12 +64,12 @@ def start(www: Path, pid_file: Path, log: Path) -> int:
     if served_token() is not None:
         raise SystemExit(
             f"another server already answers on {base_url()} (another checkout's test bed?): stop it there with "
-            f"`scripts/testbed.sh stop`, or find it with `ss -ltnp | grep {PORT}`"
+            f"`scripts/testbed.sh stop`, or find it with `ss -ltnp | grep {port()}`"
         )
     (www / TOKEN_FILE).write_text(secrets.token_hex(16) + "\n")
     with log.open("ab") as out:
         process = subprocess.Popen(
-            [sys.executable, "-m", "http.server", "--bind", HOST, "--directory", str(www), str(PORT)],
+            [sys.executable, "-m", "http.server", "--bind", HOST, "--directory", str(www), str(port())],
             stdout=out,
             stderr=subprocess.STDOUT,
             stdin=subprocess.DEVNULL,
