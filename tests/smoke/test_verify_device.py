@@ -135,8 +135,8 @@ def test_version_drift_fails_environment(sim_env: dict[str, str], tmp_path: Path
     env = run.stage("environment")
     assert env["status"] == "fail"
     assert env["numbers"]["pin_mismatches"] == [
-        "torch-neuronx 2.13.3.0.0+sim != 2.14.3.0.*",
-        "nki 0.7.0 != 0.8.0",
+        "torch-neuronx 2.13.3.0.0+sim does not satisfy the pin torch-neuronx==2.14.3.0.*",
+        "nki 0.7.0 does not satisfy the pin nki==0.8.0",
     ]
     assert run.stage("matmul")["reason"] == "skipped: stage environment failed"
 
