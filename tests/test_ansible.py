@@ -275,6 +275,7 @@ def test_the_uv_standalone_cell_converges_and_a_second_run_changes_nothing(
         play.write_text(UV_PLAY.format(host=name, vars=test_release_vars))  # never the controller
         extra = {
             "neuron_cell": UV_CELL,
+            "neuron_repo_root": str(REPO),  # the lock gate (issue 15) runs the checkout's CLI on the controller
             "neuron_lock_file": str(folder / "locks" / f"{UV_CELL}.txt"),
             "python_env_index_overrides": mirror["indexes"],
             "python_env_uv_python_downloads_json_url": mirror["python"]["downloads_json_url"],
