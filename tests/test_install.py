@@ -19,8 +19,8 @@ CLEAN["PIP_CONFIG_FILE"] = os.devnull
 
 @pytest.fixture(scope="module")
 def installed(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """neuron-torch installed from a wheel of this checkout into a fresh venv (offline: built with this venv's
-    setuptools; --no-deps, since matrix, cell and check need nothing but the standard library)."""
+    """neuron-torch installed from a wheel of this checkout into a fresh venv, as pipx or pip would: the wheel is built
+    offline with this venv's setuptools, its dependencies (packaging, pip-tools) come from the package index."""
     root = tmp_path_factory.mktemp("install")
     source = root / "source"  # a copy, so that the build leaves nothing (build/, *.egg-info) in the checkout
     shutil.copytree(REPO / "src", source / "src", ignore=shutil.ignore_patterns("__pycache__", "*.egg-info"))
@@ -35,8 +35,9 @@ def installed(tmp_path_factory: pytest.TempPathFactory) -> Path:
     assert built.returncode == 0, built.stderr
     wheel = next(root.glob("neuron_torch-*.whl"))
     subprocess.run([sys.executable, "-m", "venv", str(root / "venv")], check=True, env=CLEAN)
-    pip = [str(root / "venv" / "bin" / "python"), "-m", "pip", "install", "--quiet", "--no-deps", "--no-index"]
-    subprocess.run([*pip, str(wheel)], check=True, env=CLEAN)
+    pip = [str(root / "venv" / "bin" / "python"), "-m", "pip", "install", "--quiet", "--disable-pip-version-check"]
+    installed = subprocess.run([*pip, str(wheel)], capture_output=True, text=True, env=CLEAN)
+    assert installed.returncode == 0, installed.stderr[-3000:]
     return root / "venv" / "bin" / "neuron-torch"
 
 

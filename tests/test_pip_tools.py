@@ -200,7 +200,7 @@ def test_seal_refuses_a_hash_that_is_not_a_file_of_the_routed_index(
 def test_pip_compile_lock_without_pip_tools_python_names_the_fix(capsys: pytest.CaptureFixture[str]) -> None:
     if shutil.which("python3.14"):
         pytest.skip("python3.14 is on PATH here, so the missing-interpreter message cannot be shown")
-    code, output = run_cli(capsys, "lock", "--cell", "2.13-py3.14-debian14", "--resolver", "pip-tools", "--out", "x")
+    code, output = run_cli(capsys, "lock", "--cell", "2.13-py3.14-ubuntu26.04", "--resolver", "pip-tools", "--out", "x")
     assert code == 2
     assert "no Python 3.14 with pip-tools" in output and "--resolver uv" in output
     assert not Path("x").exists()
