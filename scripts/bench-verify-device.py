@@ -25,7 +25,10 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 BASELINE = "import torch; a = torch.randn(1024, 1024); b = torch.randn(1024, 1024); (a @ b).sum().item()"
-SIM_SITE = HERE.parent / "tests" / "simdevice" / "site"
+sys.path.insert(0, str(HERE.parent))  # the repository root: the simulated device's environment
+
+from tests.simdevice.environment import sim_environment  # noqa: E402
+
 # The simulated device computes on the host: a small throughput size and its own (tiny) peak.
 SIM_ARGS = ["--device", "neuron", "--throughput-size", "256", "--peak-tflops", "0.001", "--expected-devices", "8"]
 
@@ -51,25 +54,6 @@ def failed_stages(cmd: list[str], env: dict[str, str]) -> tuple[float, list[str]
         stages = json.loads(report.read_text())["stages"] if report.exists() else []
         failed = [f"{s['name']}: {s['failures'][0][:200]}" for s in stages if s["status"] == "fail"]
         return seconds, failed or [f"exit {rc}, no report"]
-
-
-def sim_env(env: dict[str, str], tmp: Path) -> dict[str, str]:
-    """As tests/smoke/conftest.py's sim_env: two device nodes (8 NeuronCores at LNC=2), every runtime rule on, a
-    runtime folder and compile cache of the benchmark's own (shared by its runs, as on a host)."""
-    dev = tmp / "dev"
-    dev.mkdir(exist_ok=True)
-    for i in range(2):
-        (dev / f"neuron{i}").touch()
-    return {
-        **env,
-        "PYTHONPATH": str(SIM_SITE),
-        "NEURON_SMOKE_DEV_GLOB": str(dev / "neuron*"),
-        "NEURON_SIM_DEV_DIR": str(dev),
-        "NEURON_SIM_RUNTIME_DIR": str(tmp / "neuron-runtime"),
-        "TORCH_NEURONX_NEFF_CACHE_DIR": str(tmp / "neff-cache"),
-        "NEURON_SMOKE_CONTAINER": "0",
-        "PATH": f"{SIM_SITE.parent / 'bin'}{os.pathsep}{env.get('PATH', '')}",  # its neuron-ls
-    }
 
 
 def clean_runs(label: str, n: int, cmd: list[str], env: dict[str, str]) -> int:
@@ -98,7 +82,9 @@ def main() -> int:
     if args.clean_runs is not None:
         with tempfile.TemporaryDirectory(prefix="bench-sim-") as tmp:
             failures = clean_runs("cpu", args.clean_runs, [*verify, "--device", "cpu"], env)
-            failures += clean_runs("simulated neuron", args.sim_runs, [*verify, *SIM_ARGS], sim_env(env, Path(tmp)))
+            failures += clean_runs(
+                "simulated neuron", args.sim_runs, [*verify, *SIM_ARGS], sim_environment(env, Path(tmp))
+            )
         return 1 if failures else 0
     base: list[float] = []
     full: list[float] = []

@@ -14,9 +14,10 @@ from typing import Any
 
 import pytest
 
+from tests.simdevice.environment import SIM_SITE, sim_environment
+
 REPO = Path(__file__).resolve().parents[2]
 SMOKE_DIR = REPO / "smoke_tests"
-SIM_SITE = REPO / "tests" / "simdevice" / "site"
 VERIFY = REPO / "scripts" / "verify-device.sh"
 
 sys.path.insert(0, str(SMOKE_DIR))
@@ -76,22 +77,9 @@ def base_env(tmp_path: Path) -> dict[str, str]:
 
 @pytest.fixture
 def sim_env(base_env: dict[str, str], sim_library: Path, tmp_path: Path) -> dict[str, str]:
-    """Two simulated neuron device nodes (8 NeuronCores at LNC=2), every runtime rule on (tests/simdevice/README.md),
-    a runtime folder and compile cache of this test's own, and the test-only torch_neuronx importable."""
-    dev = tmp_path / "dev"
-    dev.mkdir()
-    for i in range(2):
-        (dev / f"neuron{i}").touch()
-    return {
-        **base_env,
-        "PYTHONPATH": str(SIM_SITE),
-        "NEURON_SMOKE_DEV_GLOB": str(dev / "neuron*"),
-        "NEURON_SIM_DEV_DIR": str(dev),
-        "NEURON_SIM_RUNTIME_DIR": str(tmp_path / "neuron-runtime"),
-        "TORCH_NEURONX_NEFF_CACHE_DIR": str(tmp_path / "neff-cache"),
-        "NEURON_SMOKE_CONTAINER": "0",
-        "PATH": f"{SIM_SITE.parent / 'bin'}{os.pathsep}{base_env.get('PATH', '')}",  # its neuron-ls
-    }
+    """The simulated device's environment (tests/simdevice/environment.py) with a runtime folder and compile cache of
+    this test's own."""
+    return sim_environment(base_env, tmp_path)
 
 
 @pytest.fixture
