@@ -11,7 +11,6 @@ a lock a user made with pip-compile.
 
 from __future__ import annotations
 
-import json
 import os
 import shutil
 import subprocess
@@ -26,6 +25,7 @@ from neuron_torch.files import check_ca_bundle
 from neuron_torch.lockfile import Lock, LockedPackage, lock_problems, read_lock, render_lock
 from neuron_torch.matrix import Cell, Index, Matrix
 from neuron_torch.routing import IndexReader
+from neuron_torch.templating import render_template
 
 RESOLVERS = ("uv", "pip-tools")
 _UV_HINT = "uv is needed to lock: `pip install 'neuron-torch[lock]'` (or put uv on PATH, or set NEURON_TORCH_UV)"
@@ -76,25 +76,14 @@ def routed_indexes(matrix: Matrix, index_urls: Mapping[str, str] | None) -> tupl
 
 def project_file(matrix: Matrix, cell: Cell, indexes: tuple[Index, ...], offline: bool) -> str:
     """A throwaway pyproject.toml whose dependencies are the cell's pins and whose sources route them."""
-    dependencies = [f"{name}=={version}" for name, version in cell.pins.items()]
-    lines = [
-        "[project]",
-        'name = "neuron-torch-cell"',
-        'version = "0"',
-        f'requires-python = "=={cell.python}.*"',
-        f"dependencies = {json.dumps(dependencies)}",
-    ]
-    if offline:
-        return "\n".join(lines) + "\n"
-    lines.append("[tool.uv.sources]")
-    for name in cell.pins:
-        index = matrix.index_for(name)
-        if not index.is_default:
-            lines.append(f'{json.dumps(name)} = {{ index = "{index.name}" }}')
-    for index in indexes:
-        lines += ["[[tool.uv.index]]", f'name = "{index.name}"', f"url = {json.dumps(index.url)}"]
-        lines.append("default = true" if index.is_default else "explicit = true")
-    return "\n".join(lines) + "\n"
+    return render_template(
+        "uv-project.toml.j2",
+        python=cell.python,
+        dependencies=[f"{name}=={version}" for name, version in cell.pins.items()],
+        offline=offline,
+        routed=[(name, matrix.index_for(name).name) for name in cell.pins if not matrix.index_for(name).is_default],
+        indexes=indexes,
+    )
 
 
 def _check_inputs(ca_bundle: Path | None, find_links: Path | None) -> None:

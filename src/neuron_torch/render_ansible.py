@@ -12,12 +12,12 @@ from typing import Any
 
 from neuron_torch.cellinfo import caveats, cell_record, relative
 from neuron_torch.errors import NeuronTorchError
+from neuron_torch.generated import header, is_release_matrix
 from neuron_torch.matrix import Matrix
-from neuron_torch.render import header
 
 
 def ansible_vars_path(matrix: Matrix) -> Path:
-    if matrix.path.resolve() == (matrix.root / "constraints" / "matrix.toml").resolve():
+    if is_release_matrix(matrix):
         return matrix.root / "ansible" / "vars" / "release.yml"
     return matrix.generated_dir / "ansible-release.yml"
 

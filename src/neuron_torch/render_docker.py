@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from neuron_torch.generated import header
 from neuron_torch.matrix import Cell, Matrix
 
 
@@ -48,8 +49,6 @@ def args_path(matrix: Matrix, cell: Cell) -> Path:
 
 
 def docker_args_files(matrix: Matrix) -> dict[Path, str]:
-    from neuron_torch.render import header  # render.py lists this renderer in RENDERERS: import at call time
-
     files = {}
     for cell in matrix.cells:
         lines = [header(matrix).rstrip(), f"# Image build arguments of cell {cell.id} ({matrix.release.name})."]

@@ -8,33 +8,16 @@ reasons for what it refuses). For any other matrix (the test bed's) they go unde
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 from neuron_torch.cellinfo import relative
+from neuron_torch.generated import banner, is_release_matrix
+from neuron_torch.hcl import HclValue
 from neuron_torch.matrix import Cell, Matrix
 from neuron_torch.render_ansible import ansible_vars_path
+from neuron_torch.templating import render_template
 
 CELL_ID_FILE = "cell-id.pkr.hcl"
-
-
-def hcl_string(value: str) -> str:
-    """An HCL quoted string: JSON escaping plus HCL's own template escapes."""
-    return json.dumps(value).replace("${", "$${").replace("%{", "%%{")
-
-
-def hcl_value(value: str | bool | list[str] | dict[str, str]) -> str:
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, str):
-        return hcl_string(value)
-    if isinstance(value, list):
-        return "[" + ", ".join(hcl_string(v) for v in value) + "]"
-    return "{ " + ", ".join(f"{hcl_string(k)} = {hcl_string(v)}" for k, v in value.items()) + " }"
-
-
-def is_release_matrix(matrix: Matrix) -> bool:
-    return matrix.path.resolve() == (matrix.root / "constraints" / "matrix.toml").resolve()
 
 
 def packer_dir(matrix: Matrix) -> Path:
@@ -46,7 +29,7 @@ def var_file_path(matrix: Matrix, cell: Cell) -> Path:
     return packer_dir(matrix) / "cells" / f"{cell.id}.pkrvars.hcl"
 
 
-def cell_variables(matrix: Matrix, cell: Cell) -> dict[str, str | bool | list[str] | dict[str, str]]:
+def cell_variables(matrix: Matrix, cell: Cell) -> dict[str, HclValue]:
     """Every fact the Packer templates need about a cell, in file order."""
     apt = matrix.apt
     return {
@@ -80,16 +63,15 @@ def cell_variables(matrix: Matrix, cell: Cell) -> dict[str, str | bool | list[st
 
 
 def cell_var_file(matrix: Matrix, cell: Cell) -> str:
-    from neuron_torch.render import header
-
-    values = cell_variables(matrix, cell)
-    width = max(len(name) for name in values)
-    lines = [
-        header(matrix).rstrip(),
-        f"# {matrix.release.name}, cell {cell.id}: packer build -var-file=THIS_FILE images/ (see images/README.md)",
-        *(f"{name.ljust(width)} = {hcl_value(value)}" for name, value in values.items()),
-    ]
-    return "\n".join(lines) + "\n"
+    variables = cell_variables(matrix, cell)
+    return render_template(
+        "cell.pkrvars.hcl.j2",
+        banner=banner(matrix),
+        release=matrix.release.name,
+        cell_id=cell.id,
+        variables=variables,
+        width=max(len(name) for name in variables),
+    )
 
 
 def refusals(matrix: Matrix) -> list[str]:
@@ -104,31 +86,14 @@ def refusals(matrix: Matrix) -> list[str]:
 
 def cell_id_declaration(matrix: Matrix) -> str:
     """The `cell_id` variable: building a cell the matrix does not support fails validation with its reasons."""
-    from neuron_torch.render import header
-
     cells = [cell.id for cell in matrix.cells]
     message = (
         f"The cell_id must be a cell of {matrix.release.name}: {', '.join(cells)}. "
         f"Not supported ({matrix.path.name}): {'; '.join(refusals(matrix))}. "
         f"Run `neuron-torch cell ID` for the reason a cell is refused."
     )
-    return (
-        "\n".join(
-            [
-                header(matrix).rstrip(),
-                f"# The cells of {matrix.release.name} that Packer may build.",
-                'variable "cell_id" {',
-                "  type        = string",
-                f'  description = "The cell to build: one of the {len(cells)} cells of {matrix.release.name}."',
-                "",
-                "  validation {",
-                f"    condition     = contains({hcl_value(cells)}, var.cell_id)",
-                f"    error_message = {hcl_string(message)}",
-                "  }",
-                "}",
-            ]
-        )
-        + "\n"
+    return render_template(
+        "cell-id.pkr.hcl.j2", banner=banner(matrix), release=matrix.release.name, cells=cells, message=message
     )
 
 

@@ -1,0 +1,80 @@
+"""The shape of src/ (issue 17): no import cycle, no file over 400 lines, no function over 60 lines.
+
+The imports are read with `ast`, including those inside functions (an import at call time hides a cycle, it does not
+remove it) and those under `if TYPE_CHECKING:` (mypy follows them).
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+SRC = Path(__file__).resolve().parents[1] / "src"
+PACKAGE = "neuron_torch"
+MAX_FILE_LINES = 400
+MAX_FUNCTION_LINES = 60
+
+
+def modules() -> dict[str, Path]:
+    found = {}
+    for path in sorted((SRC / PACKAGE).rglob("*.py")):
+        parts = path.relative_to(SRC).with_suffix("").parts
+        found[".".join(parts[:-1] if parts[-1] == "__init__" else parts)] = path
+    return found
+
+
+def imported(path: Path, known: set[str]) -> set[str]:
+    """The package's modules that `path` imports anywhere in its body."""
+    names = set()
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Import):
+            names |= {alias.name for alias in node.names}
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            names.add(node.module)
+            names |= {f"{node.module}.{alias.name}" for alias in node.names}
+    return {name for name in names if name in known and name != PACKAGE}
+
+
+def import_graph() -> dict[str, set[str]]:
+    found = modules()
+    return {name: imported(path, set(found)) for name, path in found.items()}
+
+
+def find_cycle(graph: dict[str, set[str]]) -> list[str] | None:
+    """One import cycle (as the modules along it, the first repeated at the end), or None."""
+    state: dict[str, str] = {}
+    stack: list[str] = []
+
+    def visit(node: str) -> list[str] | None:
+        state[node] = "open"
+        stack.append(node)
+        for target in sorted(graph.get(node, ())):
+            if state.get(target) == "open":
+                return [*stack[stack.index(target) :], target]
+            if target not in state and (cycle := visit(target)):
+                return cycle
+        state[node] = "done"
+        stack.pop()
+        return None
+
+    for node in sorted(graph):
+        if node not in state and (cycle := visit(node)):
+            return cycle
+    return None
+
+
+def test_the_cycle_finder_finds_a_cycle_and_passes_a_tree() -> None:
+    assert find_cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}}) == ["a", "b", "c", "a"]
+    assert find_cycle({"a": {"b", "c"}, "b": {"c"}, "c": set()}) is None
+
+
+def test_the_graph_sees_imports_inside_functions() -> None:
+    graph = import_graph()
+    assert graph, "no modules found under src/neuron_torch"
+    assert "neuron_torch.generated" in graph["neuron_torch.render_docker"]
+    assert graph["neuron_torch.generated"] <= {"neuron_torch.matrix"}, "generated.py is the emitters' leaf"
+
+
+def test_src_has_no_import_cycle() -> None:
+    cycle = find_cycle(import_graph())
+    assert cycle is None, "import cycle in src/: " + " -> ".join(cycle or [])
