@@ -12,7 +12,9 @@ import os
 import re
 import shutil
 import subprocess
+from collections.abc import Mapping
 from dataclasses import dataclass
+from functools import cache
 from pathlib import Path
 from urllib.parse import urlsplit
 
@@ -40,9 +42,53 @@ class ImageBuild:
     stage_dir: Path
 
 
-def docker_binary() -> str:
-    # Debian's docker CLI builds with BuildKit; a docker without buildx (such as /usr/local/bin/docker here) cannot.
-    return "/usr/bin/docker" if Path("/usr/bin/docker").exists() else "docker"
+# Where the docker CLI looks for its plugins (docker/cli's cli-plugins/manager: the user's, then the system's).
+PLUGIN_DIRS = (
+    "~/.docker/cli-plugins",
+    "/usr/local/lib/docker/cli-plugins",
+    "/usr/local/libexec/docker/cli-plugins",
+    "/usr/lib/docker/cli-plugins",
+    "/usr/libexec/docker/cli-plugins",
+)
+
+
+def docker_binary(environ: Mapping[str, str] = os.environ) -> str:
+    """The docker CLI that builds: $DOCKER when set, else the first `docker` on PATH that can build with BuildKit.
+
+    A docker CLI of version 23 or later builds with BuildKit only through the buildx plugin (without it,
+    `DOCKER_BUILDKIT=1 docker build` fails); older CLIs, such as Debian's docker.io 20.10, build with BuildKit
+    themselves. When none on PATH can, plain `docker` is run (the first on PATH) and docker's own error says why.
+    """
+    if environ.get("DOCKER"):
+        return environ["DOCKER"]
+    found = [
+        str(Path(folder) / "docker")
+        for folder in environ.get("PATH", os.defpath).split(os.pathsep)
+        if folder and os.access(Path(folder) / "docker", os.X_OK) and (Path(folder) / "docker").is_file()
+    ]
+    return next((docker for docker in dict.fromkeys(found) if _builds_with_buildkit(docker, environ)), "docker")
+
+
+def _builds_with_buildkit(docker: str, environ: Mapping[str, str]) -> bool:
+    config = environ.get("DOCKER_CONFIG")
+    folders = [str(Path(config) / "cli-plugins")] if config else []
+    if any(Path(folder).expanduser().joinpath("docker-buildx").is_file() for folder in [*folders, *PLUGIN_DIRS]):
+        return True
+    major = _client_major(docker)
+    return major is not None and major < 23
+
+
+@cache
+def _client_major(docker: str) -> int | None:
+    """The docker CLI's major version (`docker version` prints the client's even when the daemon is away)."""
+    try:
+        version = subprocess.run(
+            [docker, "version", "--format", "{{.Client.Version}}"], capture_output=True, text=True, timeout=30
+        ).stdout.strip()
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    major = re.match(r"(\d+)\.", version)
+    return int(major[1]) if major else None
 
 
 def default_tags(matrix: Matrix, cell: Cell) -> tuple[str, ...]:

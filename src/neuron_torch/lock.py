@@ -27,7 +27,6 @@ from neuron_torch.matrix import Cell, Index, Matrix
 from neuron_torch.routing import IndexReader
 from neuron_torch.templating import render_template
 
-RESOLVERS = ("uv", "pip-tools")
 _UV_HINT = "uv is needed to lock: `pip install 'neuron-torch[lock]'` (or put uv on PATH, or set NEURON_TORCH_UV)"
 
 

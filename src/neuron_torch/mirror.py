@@ -20,11 +20,12 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
+from neuron_torch.choices import MIRROR_ENV_VAR
 from neuron_torch.errors import NeuronTorchError
 from neuron_torch.files import check_ca_bundle, read_text
 from neuron_torch.matrix import Index, Matrix
 
-ENV_VAR = "NEURON_TORCH_MIRROR"
+ENV_VAR = MIRROR_ENV_VAR
 _FINGERPRINT = re.compile(r"^[0-9A-F]{40}$")
 
 

@@ -20,12 +20,12 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from neuron_torch.build import require_lock
+from neuron_torch.choices import PACKER_SOURCES
 from neuron_torch.errors import EXIT_FAILED, EXIT_OK, NeuronTorchError
 from neuron_torch.matrix import Matrix, load_matrix
 from neuron_torch.render import write_rendered
 from neuron_torch.render_packer import CELL_ID_FILE, packer_dir, packer_files, var_file_path
 
-ONLY = {"docker": "docker.local", "amazon-ebs": "amazon-ebs.ubuntu"}
 MODERN_MARKERS = re.compile(r"\n[ \t]*# BEGIN packer>=1\.7\n.*?\n[ \t]*# END packer>=1\.7\n", re.DOTALL)
 
 
@@ -122,7 +122,7 @@ def build(
     if validate(matrix, cell.id, packer, extra) != 0:
         raise NeuronTorchError(f"packer validate failed for {cell.id} (errors above)")
     staged = matrix.root / "build" / "packer" / "templates" / matrix.path.stem
-    selection = [f"-only={ONLY[only]}"] if only else []
+    selection = [f"-only={PACKER_SOURCES[only]}"] if only else []
     return run([packer, "build", *selection, *var_args(matrix, cell.id), *extra, str(staged)], matrix)
 
 
@@ -137,7 +137,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     which.add_argument("--all", action="store_true")
     p = sub.add_parser("build", help="validate, then packer build one cell")
     p.add_argument("--cell", required=True)
-    p.add_argument("--only", choices=sorted(ONLY))
+    p.add_argument("--only", choices=sorted(PACKER_SOURCES))
     argv = list(sys.argv[1:] if argv is None else argv)
     extra = argv[argv.index("--") + 1 :] if "--" in argv else []
     args = parser.parse_args(argv[: argv.index("--")] if "--" in argv else argv)

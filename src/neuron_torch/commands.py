@@ -1,0 +1,253 @@
+"""The handlers of `neuron-torch`'s subcommands: `handler(args, matrix) -> exit code`.
+
+Each handler imports the library modules it needs when it runs, so that starting the command (and `--version`,
+`--help`, `matrix`) does not import every subcommand's modules.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import shlex
+import sys
+from typing import TYPE_CHECKING
+
+from neuron_torch.errors import EXIT_FAILED, EXIT_OK, NeuronTorchError
+from neuron_torch.hints import with_options
+
+if TYPE_CHECKING:
+    from neuron_torch.matrix import Matrix
+
+
+def cmd_matrix(args: argparse.Namespace, matrix: Matrix) -> int:
+    from neuron_torch.cellinfo import cell_record
+
+    records = [cell_record(matrix, cell) for cell in matrix.cells]
+    if args.json:
+        print(json.dumps(records, indent=2))
+        return EXIT_OK
+    columns = ["id", "torch", "torch_neuronx", "neuronx_cc", "nki", "python_route", "wheels_available"]
+    rows = [columns] + [[str(record[c]) for c in columns] for record in records]
+    widths = [max(len(row[i]) for row in rows) for i in range(len(columns))]
+    for row in rows:
+        print("  ".join(value.ljust(width) for value, width in zip(row, widths, strict=True)).rstrip())
+    print(f"\n{len(records)} cells of {matrix.release.name}; default {matrix.release.default_cell}")
+    return EXIT_OK
+
+
+def cmd_cell(args: argparse.Namespace, matrix: Matrix) -> int:
+    from neuron_torch.cellinfo import caveats, cell_record, install_route, relative
+
+    cell = matrix.cell(args.id)
+    record = cell_record(matrix, cell)
+    if args.json:
+        print(json.dumps(record, indent=2))
+        return EXIT_OK
+    print(f"cell {cell.id} ({matrix.release.name})")
+    print("pins:")
+    for name, version in cell.pins.items():
+        print(f"  {name}=={version}")
+    for package in matrix.apt.packages:
+        print(f"  apt {package.apt_pin}  ({package.scope})")
+    print("install route:")
+    for step in install_route(matrix, cell):
+        print(f"  {step}")
+    notes = caveats(matrix, cell)
+    if notes:
+        print("caveats:")
+        for note in notes:
+            print(f"  - {note}")
+    lock = (
+        "present"
+        if cell.lock_path.is_file()
+        else with_options(f"missing: run `neuron-torch lock --cell {cell.id}`", args)
+    )
+    print(f"constraints: {relative(cell.constraints_path, matrix)}\nlock: {relative(cell.lock_path, matrix)} ({lock})")
+    return EXIT_OK
+
+
+def cmd_instance(args: argparse.Namespace, matrix: Matrix) -> int:
+    instance = matrix.instance(args.type)
+    record = {
+        "type": instance.type,
+        "family": instance.family,
+        "chips": instance.chips or None,
+        "expected_devices": instance.expected_devices,
+        "lnc": matrix.instance_families[instance.family].lnc_default,
+        "note": instance.note,
+    }
+    if args.json:
+        print(json.dumps(record, indent=2))
+    else:
+        devices = instance.expected_devices or "unknown (not documented)"
+        print(f"{instance.type}: family {instance.family}, expected logical devices at LNC={record['lnc']}: {devices}")
+        if instance.note:
+            print(f"  {instance.note}")
+    return EXIT_OK
+
+
+def cmd_render(args: argparse.Namespace, matrix: Matrix) -> int:
+    from neuron_torch.cellinfo import relative
+    from neuron_torch.render import stale_files, write_rendered
+
+    if args.check:
+        stale = stale_files(matrix)
+        for path in stale:
+            print(f"stale: {relative(path, matrix)}", file=sys.stderr)
+        if stale:
+            hint = f"{len(stale)} generated file(s) are stale; run `neuron-torch render`"
+            print(with_options(hint, args), file=sys.stderr)
+            return EXIT_FAILED
+        print("all generated files are up to date")
+        return EXIT_OK
+    changed = write_rendered(matrix)
+    for path in changed:
+        print(f"wrote {relative(path, matrix)}")
+    print(f"{len(changed)} file(s) changed")
+    return EXIT_OK
+
+
+def cmd_lock(args: argparse.Namespace, matrix: Matrix) -> int:
+    from neuron_torch.cellinfo import relative
+    from neuron_torch.lock import lock_cell, seal_lock
+
+    cells = list(matrix.cells) if args.all else [matrix.cell(args.cell)]
+    if args.out and len(cells) > 1:
+        raise NeuronTorchError("--out names one file: use it with --cell, not --all")
+    index_urls = dict(_parse_index(value) for value in args.index)
+    ca_bundle = args.ca_bundle or (args.mirror_settings.ca_bundle if args.mirror_settings else None)
+    if args.seal:
+        if args.all or args.find_links:
+            raise NeuronTorchError("--seal FILE seals one lock: use it with --cell ID, without --all or --find-links")
+        path = seal_lock(matrix, cells[0], args.seal, index_urls=index_urls, ca_bundle=ca_bundle, out=args.out)
+        print(f"sealed {cells[0].id} -> {relative(path, matrix)} (every hash is a file of its routed index)")
+        return EXIT_OK
+    for cell in cells:
+        if not cell.os.wheels_available:
+            print(f"warning: {cell.id}: {cell.os.wheels_note}", file=sys.stderr)
+        path = lock_cell(
+            matrix,
+            cell,
+            index_urls=index_urls,
+            ca_bundle=ca_bundle,
+            find_links=args.find_links,
+            out=args.out,
+            resolver=args.resolver,
+        )
+        print(f"locked {cell.id} -> {relative(path, matrix)}")
+    return EXIT_OK
+
+
+def cmd_check(args: argparse.Namespace, matrix: Matrix) -> int:
+    from neuron_torch.lockfile import gate_lock, lock_problems, read_lock, seal_command
+
+    if args.lock or args.cell:
+        if not (args.lock and args.cell):
+            raise NeuronTorchError("check --lock FILE needs --cell ID (the cell the lock is for), and the reverse")
+        cell = matrix.cell(args.cell)
+        if args.sealed:  # the consumers' gate (the Ansible provisioning runs this)
+            gate_lock(matrix, cell, args.lock)
+            print(f"{args.lock}: a sound, sealed lock of {args.cell}")
+            return EXIT_OK
+        lock = read_lock(args.lock)
+        found = lock_problems(lock, matrix, cell)
+        if not found and lock.sealed:
+            print(f"{args.lock}: a sound, sealed lock of {args.cell}")
+            return EXIT_OK
+        if not found:  # pip-compile's lock as pip wrote it: sound once every hash is a file of its routed index
+            from neuron_torch.lock import check_routing
+
+            index_urls = dict(_parse_index(value) for value in args.index)
+            check_routing(matrix, lock, index_urls=index_urls, ca_bundle=args.ca_bundle)
+            seal = seal_command(str(args.lock), cell.id) + "".join(f" --index {shlex.quote(v)}" for v in args.index)
+            print(
+                f"{args.lock}: a sound lock of {args.cell} (every hash is a file of its routed index), not sealed: "
+                f"pip and pip-sync take it as it is; builds, bundles and the Ansible provisioning take it once "
+                f"sealed: {with_options(f'`{seal}`', args)}"
+            )
+            return EXIT_OK
+    else:
+        from neuron_torch.check import problems
+
+        found = problems(matrix)
+    for problem in found:
+        print(f"problem: {with_options(problem, args)}", file=sys.stderr)
+    if found:
+        print(f"{len(found)} problem(s) found", file=sys.stderr)
+        return EXIT_FAILED
+    locks = sum(1 for cell in matrix.cells if cell.lock_path.is_file())
+    print(f"{matrix.path.name}: {len(matrix.cells)} cells, generated files up to date, {locks} lock(s) sound")
+    return EXIT_OK
+
+
+def cmd_manifest(args: argparse.Namespace, matrix: Matrix) -> int:
+    from neuron_torch.manifest import compare, format_findings, read_manifest, release_packages, vendored_manifest
+
+    path = args.file or vendored_manifest(matrix)
+    data = read_manifest(path)
+    release, packages = release_packages(data, path, args.release)
+    findings = compare(matrix, packages, release)
+    if args.json:
+        print(json.dumps([f.__dict__ for f in findings], indent=2))
+    else:
+        print(format_findings(findings, matrix, release))
+    differing = any(f.status != "same" for f in findings)
+    return EXIT_FAILED if args.strict and differing else EXIT_OK
+
+
+def cmd_build_image(args: argparse.Namespace, matrix: Matrix) -> int:
+    from neuron_torch.build import plan_image_build, run_image_build
+
+    mirror = args.mirror_settings
+    cell = matrix.cell(args.cell)
+    build = plan_image_build(
+        matrix,
+        cell,
+        tags=tuple(args.tag),
+        network=args.network,
+        ca_bundle=args.ca_bundle or (mirror.ca_bundle if mirror else None),
+        proxy=mirror.proxy.env() if mirror else None,
+        lock=args.lock,
+        target=args.target,
+        no_cache=args.no_cache,
+        dry_run=args.dry_run,
+    )
+    print("DOCKER_BUILDKIT=1 " + " ".join(shlex.quote(word) for word in build.command), flush=True)
+    if args.dry_run:
+        return EXIT_OK
+    status = run_image_build(build)
+    if status != 0:
+        print(f"neuron-torch: error: the image build of {cell.id} failed (docker exit {status})", file=sys.stderr)
+        return EXIT_FAILED
+    print(f"built {', '.join(build.tags)}")
+    return EXIT_OK
+
+
+def _parse_index(value: str) -> tuple[str, str]:
+    name, sep, url = value.partition("=")
+    if not sep or not name or not url:
+        raise NeuronTorchError(f"--index takes NAME=URL (e.g. neuron=https://mirror/neuron/simple), not {value!r}")
+    return name, url
+
+
+def cmd_bundle(args: argparse.Namespace, matrix: Matrix) -> int:
+    from neuron_torch.bundle import make_bundle
+
+    cell = matrix.cell(args.cell)
+    scopes = ("image", "host") if args.host else ("image",)
+    manifest = make_bundle(matrix, cell, args.out, mirror=args.mirror_settings, lock_path=args.lock, scopes=scopes)
+    print(f"bundled {cell.id} -> {manifest.parent} (install: {manifest.parent}/install.sh)")
+    return EXIT_OK
+
+
+def cmd_build_ami(args: argparse.Namespace, matrix: Matrix) -> int:
+    from neuron_torch.packer import build as build_ami
+
+    extra = []
+    for value in args.var:
+        name, sep, _ = value.partition("=")
+        if not sep or not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", name):
+            raise NeuronTorchError(f"--var takes NAME=VALUE (e.g. region=eu-west-1), not {value!r}")
+        extra.append(f"-var={value}")
+    return build_ami(matrix, args.cell, args.only, args.packer, extra, lock=args.lock)
