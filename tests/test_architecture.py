@@ -78,3 +78,31 @@ def test_the_graph_sees_imports_inside_functions() -> None:
 def test_src_has_no_import_cycle() -> None:
     cycle = find_cycle(import_graph())
     assert cycle is None, "import cycle in src/: " + " -> ".join(cycle or [])
+
+
+def function_lengths(path: Path, root: Path = SRC) -> dict[str, int]:
+    """Each function's length in lines (decorators and docstring included), by `file:line name`."""
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    return {
+        f"{path.relative_to(root)}:{node.lineno} {node.name}": (node.end_lineno or node.lineno) - node.lineno + 1
+        for node in ast.walk(tree)
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef)
+    }
+
+
+def test_the_length_check_measures_functions(tmp_path: Path) -> None:
+    sample = tmp_path / "sample.py"
+    sample.write_text("def short():\n    return 1\n\n\ndef longer():\n" + "    x = 1\n" * 70)
+    assert function_lengths(sample, tmp_path) == {"sample.py:1 short": 2, "sample.py:5 longer": 71}
+
+
+def test_no_file_over_400_lines() -> None:
+    counts = {path: len(path.read_text(encoding="utf-8").splitlines()) for path in modules().values()}
+    long = [f"{path.relative_to(SRC)} ({lines} lines)" for path, lines in counts.items() if lines > MAX_FILE_LINES]
+    assert not long, f"files over {MAX_FILE_LINES} lines in src/: {', '.join(long)}"
+
+
+def test_no_function_over_60_lines() -> None:
+    lengths = {name: n for path in modules().values() for name, n in function_lengths(path).items()}
+    long = [f"{name} ({n} lines)" for name, n in lengths.items() if n > MAX_FUNCTION_LINES]
+    assert not long, f"functions over {MAX_FUNCTION_LINES} lines in src/: {', '.join(long)}"

@@ -92,6 +92,7 @@ def _write_variant(tmp_path: Path, repo: Path, old: str, new: str) -> Path:
         ('serves = ["torch"]', 'serves = ["nki"]', "indexes[1].serves", "already served"),
         ('default_cell = "2.14-py3.14-ubuntu26.04"', 'default_cell = "2.14-py3.11-ubuntu26.04"', "default_cell", ""),
         ("schema = 1", "schema = 7", "schema", "must be 1"),
+        ('route_other = "uv-standalone"', 'route_other = "conda"', "python_install.route_other", "'distro' or 'uv-"),
         ('python = ["3.12", "3.13", "3.14"]', 'python = ["3.11"]', "families.2.13.python", "unsupported"),
     ],
 )
@@ -105,6 +106,22 @@ def test_malformed_matrix_names_file_key_and_problem(
     assert str(path) in message
     assert key in message
     assert problem in message
+
+
+def test_python_routes_come_from_python_install(tmp_path: Path, repo: Path, matrix: Matrix) -> None:
+    """[python_install] route_default/route_other name the routes; no cell's route is typed in the code."""
+    default = next(c for c in matrix.cells if c.python == c.os.default_python)
+    other = next(c for c in matrix.cells if c.python != c.os.default_python)
+    assert (default.python_route, other.python_route) == (
+        matrix.python_install.route_default,
+        matrix.python_install.route_other,
+    )
+    swapped = _write_variant(
+        tmp_path, repo, 'route_default = "distro"\nroute_other = "uv-standalone"',
+        'route_default = "uv-standalone"\nroute_other = "distro"',
+    )  # fmt: skip
+    routes = {c.id: c.python_route for c in load_matrix(swapped).cells}
+    assert (routes[default.id], routes[other.id]) == ("uv-standalone", "distro")
 
 
 def test_toml_syntax_error_names_the_file(tmp_path: Path) -> None:

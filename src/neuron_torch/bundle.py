@@ -24,7 +24,7 @@ from pathlib import Path
 from neuron_torch.errors import EXIT_FAILED, NeuronTorchError
 from neuron_torch.files import check_new_folder, publish_folder, remove_tree
 from neuron_torch.lockfile import Lock, LockedPackage, gate_lock, read_lock_text, with_pip_options
-from neuron_torch.matrix import AptPackage, Cell, Matrix, canonical_name
+from neuron_torch.matrix import AptPackage, AptScope, Cell, Matrix, canonical_name
 from neuron_torch.mirror import Mirror, redact
 
 INSTALL_SH = Path(__file__).with_name("bundle_install.sh")
@@ -218,7 +218,7 @@ def download_debs(
 
 def make_bundle(
     matrix: Matrix, cell: Cell, out: Path, *, mirror: Mirror | None = None, lock_path: Path | None = None,
-    scopes: tuple[str, ...] = ("image",),
+    scopes: tuple[AptScope, ...] = (AptScope.IMAGE,),
 ) -> Path:  # fmt: skip
     """Write the offline bundle of the cell to out (which must not exist or be empty); return the manifest path."""
     lock_file = lock_path or cell.lock_path

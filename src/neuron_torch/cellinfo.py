@@ -6,7 +6,7 @@ import re
 from pathlib import Path
 from typing import Any
 
-from neuron_torch.matrix import Cell, Matrix
+from neuron_torch.matrix import AptScope, Cell, Matrix, PythonRoute
 
 
 def relative(path: Path, matrix: Matrix) -> str:
@@ -36,8 +36,8 @@ def cell_record(matrix: Matrix, cell: Cell) -> dict[str, Any]:
         "base_image": cell.os.base_image,
         "constraints": relative(cell.constraints_path, matrix),
         "lock": relative(cell.lock_path, matrix),
-        "apt": {p.name: p.version for p in matrix.apt.packages if p.scope == "image"},
-        "apt_host": {p.name: p.version for p in matrix.apt.packages if p.scope == "host"},
+        "apt": {p.name: p.version for p in matrix.apt.packages if p.scope == AptScope.IMAGE},
+        "apt_host": {p.name: p.version for p in matrix.apt.packages if p.scope == AptScope.HOST},
     }
 
 
@@ -55,7 +55,7 @@ def caveats(matrix: Matrix, cell: Cell) -> list[str]:
                 f"torch-neuronx {cell.family.name} on {cell.os.id}, build it from source, or pick the cell "
                 f"{cell.family.name}-py{cell.python}-<an OS with wheels> (`neuron-torch matrix` lists them)."
             )
-    if cell.python_route != "distro":
+    if cell.python_route != PythonRoute.DISTRO:
         notes.append(
             f"Python {cell.python} is not {cell.os.id}'s own ({cell.os.default_python}): it is installed as a "
             f"standalone CPython by uv {matrix.python_install.uv} (`uv python install {cell.python}`)."
@@ -71,9 +71,9 @@ def caveats(matrix: Matrix, cell: Cell) -> list[str]:
 def install_route(matrix: Matrix, cell: Cell) -> list[str]:
     """The steps that install the cell on a host, as a user would type them."""
     apt = matrix.apt
-    image_pins = " ".join(p.apt_pin for p in apt.packages if p.scope == "image")
-    host_pins = " ".join(p.apt_pin for p in apt.packages if p.scope == "host")
-    python = f"python{cell.python}" if cell.python_route == "distro" else f"uv python install {cell.python}"
+    image_pins = " ".join(p.apt_pin for p in apt.packages if p.scope == AptScope.IMAGE)
+    host_pins = " ".join(p.apt_pin for p in apt.packages if p.scope == AptScope.HOST)
+    python = f"python{cell.python}" if cell.python_route == PythonRoute.DISTRO else f"uv python install {cell.python}"
     indexes = " ".join(f"--extra-index-url {i.url}" for i in matrix.indexes if not i.is_default)
     return [
         f"apt repository: deb [signed-by={apt.keyring}] {apt.url} {cell.os.codename} {apt.component}",

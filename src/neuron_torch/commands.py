@@ -182,7 +182,14 @@ def cmd_check(args: argparse.Namespace, matrix: Matrix) -> int:
 
 
 def cmd_manifest(args: argparse.Namespace, matrix: Matrix) -> int:
-    from neuron_torch.manifest import compare, format_findings, read_manifest, release_packages, vendored_manifest
+    from neuron_torch.manifest import (
+        Status,
+        compare,
+        format_findings,
+        read_manifest,
+        release_packages,
+        vendored_manifest,
+    )
 
     path = args.file or vendored_manifest(matrix)
     data = read_manifest(path)
@@ -192,7 +199,7 @@ def cmd_manifest(args: argparse.Namespace, matrix: Matrix) -> int:
         print(json.dumps([f.__dict__ for f in findings], indent=2))
     else:
         print(format_findings(findings, matrix, release))
-    differing = any(f.status != "same" for f in findings)
+    differing = any(f.status != Status.SAME for f in findings)
     return EXIT_FAILED if args.strict and differing else EXIT_OK
 
 
@@ -233,9 +240,10 @@ def _parse_index(value: str) -> tuple[str, str]:
 
 def cmd_bundle(args: argparse.Namespace, matrix: Matrix) -> int:
     from neuron_torch.bundle import make_bundle
+    from neuron_torch.matrix import AptScope
 
     cell = matrix.cell(args.cell)
-    scopes = ("image", "host") if args.host else ("image",)
+    scopes = (AptScope.IMAGE, AptScope.HOST) if args.host else (AptScope.IMAGE,)
     manifest = make_bundle(matrix, cell, args.out, mirror=args.mirror_settings, lock_path=args.lock, scopes=scopes)
     print(f"bundled {cell.id} -> {manifest.parent} (install: {manifest.parent}/install.sh)")
     return EXIT_OK

@@ -10,6 +10,7 @@ import fnmatch
 import hashlib
 import json
 from dataclasses import dataclass
+from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
@@ -26,9 +27,17 @@ class ManifestPackage:
     pythons: tuple[str, ...]
 
 
+class Status(StrEnum):
+    """A finding's verdict on one pin (the words `manifest` prints and its --json writes)."""
+
+    SAME = "same"
+    DIFFERS = "differs"
+    MISSING = "missing"
+
+
 @dataclass(frozen=True)
 class Finding:
-    status: str  # "same", "differs", "missing"
+    status: Status
     subject: str
     detail: str
 
@@ -117,7 +126,7 @@ def compare(matrix: Matrix, packages: list[ManifestPackage], release: str) -> li
         held = by_name.get("torch-neuronx", [])
         matching = [p for p in held if fnmatch.fnmatch(p.version, family.torch_neuronx)]
         if matching:
-            findings.append(Finding("same", subject, f"{release} holds {matching[0].version}"))
+            findings.append(Finding(Status.SAME, subject, f"{release} holds {matching[0].version}"))
             continue
         instead = [
             f"{p.name} {p.version}"
@@ -126,7 +135,7 @@ def compare(matrix: Matrix, packages: list[ManifestPackage], release: str) -> li
         ]
         findings.append(
             Finding(
-                "missing",
+                Status.MISSING,
                 subject,
                 f"{release} holds no native torch-neuronx {family.name}; instead it holds: "
                 + (", ".join(instead) or "no torch-neuronx package at all"),
@@ -138,22 +147,27 @@ def compare(matrix: Matrix, packages: list[ManifestPackage], release: str) -> li
     for name, version in {**pip_pins, **apt_pins}.items():
         held = by_name.get(canonical_name(name), [])
         if not held:
-            findings.append(Finding("missing", f"{name} {version}", f"{release} does not list {name}"))
+            findings.append(Finding(Status.MISSING, f"{name} {version}", f"{release} does not list {name}"))
         elif any(p.version == version for p in held):
-            findings.append(Finding("same", f"{name} {version}", f"{release} pins the same version"))
+            findings.append(Finding(Status.SAME, f"{name} {version}", f"{release} pins the same version"))
         else:
             findings.append(
-                Finding("differs", f"{name} {version}", f"{release} pins {', '.join(p.version for p in held)}")
+                Finding(Status.DIFFERS, f"{name} {version}", f"{release} pins {', '.join(p.version for p in held)}")
             )
 
-    compiler = by_name.get("neuronx-cc", [])
+    return findings + _compiler_findings(matrix, by_name.get("neuronx-cc", []), release)
+
+
+def _compiler_findings(matrix: Matrix, compiler: list[ManifestPackage], release: str) -> list[Finding]:
+    """The Pythons and instance families the release's neuronx-cc supports, against the matrix's."""
+    findings: list[Finding] = []
     if compiler:
         theirs = set(compiler[0].pythons)
         ours = set(matrix.pythons)
         if theirs and ours != theirs:
             findings.append(
                 Finding(
-                    "differs",
+                    Status.DIFFERS,
                     "Python versions",
                     f"the matrix has {', '.join(sorted(ours))}; {release}'s neuronx-cc supports "
                     f"{', '.join(sorted(theirs))}",
@@ -162,7 +176,9 @@ def compare(matrix: Matrix, packages: list[ManifestPackage], release: str) -> li
         missing_instances = sorted(set(matrix.instance_families) - set(compiler[0].instances))
         if missing_instances:
             findings.append(
-                Finding("differs", "instances", f"{release}'s neuronx-cc does not list {', '.join(missing_instances)}")
+                Finding(
+                    Status.DIFFERS, "instances", f"{release}'s neuronx-cc does not list {', '.join(missing_instances)}"
+                )
             )
     return findings
 
@@ -172,6 +188,6 @@ def format_findings(findings: list[Finding], matrix: Matrix, release: str) -> st
     width = max(len(f.subject) for f in findings) if findings else 0
     for finding in findings:
         lines.append(f"  {finding.status:<8} {finding.subject:<{width}}  {finding.detail}")
-    differing = sum(1 for f in findings if f.status != "same")
+    differing = sum(1 for f in findings if f.status != Status.SAME)
     lines.append(f"{differing} of {len(findings)} pins differ from or are missing in {release}.")
     return "\n".join(lines)

@@ -9,7 +9,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from neuron_torch.generated import header
-from neuron_torch.matrix import Cell, Matrix
+from neuron_torch.matrix import AptScope, Cell, Matrix
 
 
 def build_args(matrix: Matrix, cell: Cell) -> dict[str, str]:
@@ -32,7 +32,7 @@ def build_args(matrix: Matrix, cell: Cell) -> dict[str, str]:
         "APT_KEY_FINGERPRINT": matrix.apt.key_fingerprint,
         "APT_KEYRING": matrix.apt.keyring,
         "APT_COMPONENT": matrix.apt.component,
-        "APT_PACKAGES": " ".join(package.apt_pin for package in matrix.apt.scoped("image")),
+        "APT_PACKAGES": " ".join(package.apt_pin for package in matrix.apt.scoped(AptScope.IMAGE)),
         "INDEX_URL": default.url,
         "EXTRA_INDEX_URLS": " ".join(extra),
         "PYPI_INDEX_URL": default.url,
