@@ -21,6 +21,9 @@ import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
 
+from debian.deb822 import Deb822
+from debian.debian_support import Version
+
 from neuron_torch.errors import EXIT_FAILED, NeuronTorchError
 from neuron_torch.files import check_new_folder, publish_folder, remove_tree
 from neuron_torch.lockfile import Lock, LockedPackage, gate_lock, read_lock_text, with_pip_options
@@ -163,20 +166,28 @@ def _verify_release(fetcher: Fetcher, matrix: Matrix, codename: str, work: Path)
     return release.read_text()
 
 
-def _stanzas(text: str) -> list[dict[str, str]]:
-    stanzas = []
-    for block in text.split("\n\n"):
-        fields: dict[str, str] = {}
-        last = ""
-        for line in block.splitlines():
-            if line.startswith((" ", "\t")) and last:
-                fields[last] += "\n" + line.strip()
-            elif ":" in line:
-                last, _, value = line.partition(":")
-                fields[last] = value.strip()
-        if fields:
-            stanzas.append(fields)
-    return stanzas
+def _stanzas(text: str) -> list[Deb822]:
+    return list(Deb822.iter_paragraphs(text))
+
+
+# Debian's architecture names for the CPU names of a lock platform (dpkg's cputable: x86_64 is amd64, aarch64 is arm64).
+DEBIAN_ARCH = {"x86_64": "amd64", "aarch64": "arm64"}
+
+
+def debian_arch(cell: Cell) -> str:
+    """The Debian architecture of a cell's packages, from its lock platform (`x86_64-manylinux_2_39` -> amd64)."""
+    cpu = cell.os.lock_platform.partition("-")[0]
+    if cpu not in DEBIAN_ARCH:
+        raise NeuronTorchError(
+            f"{cell.id}: lock platform {cell.os.lock_platform} names CPU {cpu!r}, which has no Debian architecture "
+            f"here ({', '.join(f'{k} -> {v}' for k, v in DEBIAN_ARCH.items())}); fix os.{cell.os.id}.lock_platform"
+        )
+    return DEBIAN_ARCH[cpu]
+
+
+def newest(stanzas: list[Deb822]) -> Deb822:
+    """The stanza with the highest Version in Debian's ordering (2.0-10 is newer than 2.0-9; a string sort says not)."""
+    return max(stanzas, key=lambda stanza: Version(stanza["Version"]))
 
 
 def download_debs(
@@ -188,7 +199,7 @@ def download_debs(
     codename = cell.os.codename
     with tempfile.TemporaryDirectory(prefix="neuron-torch-apt-") as tmp:
         release = _stanzas(_verify_release(fetcher, matrix, codename, Path(tmp)))[0]
-    index_path = f"{matrix.apt.component}/binary-amd64/Packages"
+    index_path = f"{matrix.apt.component}/binary-{debian_arch(cell)}/Packages"
     sums = {line.split()[2]: line.split()[0] for line in release.get("SHA256", "").splitlines() if line.strip()}
     if index_path not in sums:
         raise NeuronTorchError(f"the signed Release of {codename} does not list {index_path}", EXIT_FAILED)
@@ -205,7 +216,7 @@ def download_debs(
         ]
         if not matches:
             raise NeuronTorchError(f"{package.apt_pin} is not in {matrix.apt.url} ({codename})", EXIT_FAILED)
-        chosen = sorted(matches, key=lambda s: s["Version"])[-1]
+        chosen = newest(matches)
         data = fetcher.get(f"{matrix.apt.url}/{chosen['Filename']}")
         digest = hashlib.sha256(data).hexdigest()
         if digest != chosen["SHA256"]:
@@ -235,8 +246,9 @@ def make_bundle(
 
 
 def _write_bundle(
-    matrix: Matrix, cell: Cell, out: Path, lock: Lock, lock_file: Path, mirror: Mirror | None, scopes: tuple[str, ...]
-) -> None:
+    matrix: Matrix, cell: Cell, out: Path, lock: Lock, lock_file: Path, mirror: Mirror | None,
+    scopes: tuple[AptScope, ...],
+) -> None:  # fmt: skip
     wheels = download_wheels(matrix, cell, lock, out / "wheels", mirror)
     apt_packages = tuple(p for p in matrix.apt.packages if p.scope in scopes)
     debs = download_debs(matrix, cell, apt_packages, out / "apt", mirror)
