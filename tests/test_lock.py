@@ -13,7 +13,17 @@ from neuron_torch.matrix import Matrix, load_matrix
 from tests.testbed.fixture_indexes import FIXTURE_BUILD, build_release_indexes
 from tests.testbed.traits import labelled
 
-NKI = labelled("nki", "0.7.0")
+# The release these tests lock: versions and cells come from it, so a release bump edits no test.
+RELEASE = load_matrix(Path(__file__).resolve().parents[1] / "constraints" / "matrix.toml")
+NKI = labelled("nki", RELEASE.packages["nki"])
+COMPILER = RELEASE.packages["neuronx-cc"]
+FAMILY, *_, LAST = RELEASE.families.values()
+# Cells with wheels: the latest family's at its first and last Python, the first family's at its first Python.
+WHEELS = next(system.id for system in RELEASE.os.values() if system.wheels_available)
+CELL = f"{LAST.name}-py{LAST.pythons[0]}-{WHEELS}"
+NEWEST = f"{LAST.name}-py{LAST.pythons[-1]}-{WHEELS}"
+MIDDLE = f"{LAST.name}-py{LAST.pythons[1]}-{WHEELS}"
+OLDER = f"{FAMILY.name}-py{FAMILY.pythons[0]}-{WHEELS}"
 
 
 @pytest.fixture(scope="module")
@@ -35,14 +45,15 @@ def test_lock_routes_each_package_to_its_index(
     capsys: pytest.CaptureFixture[str], release_copy: Path, indexes: dict[str, str]
 ) -> None:
     matrix_path = release_copy / "constraints" / "matrix.toml"
-    assert lock(capsys, matrix_path, "2.14-py3.13-ubuntu26.04", indexes) == 0
-    lock_file = release_copy / "constraints" / "locks" / "2.14-py3.13-ubuntu26.04.txt"
+    assert lock(capsys, matrix_path, MIDDLE, indexes) == 0
+    lock_file = release_copy / "constraints" / "locks" / f"{MIDDLE}.txt"
     parsed = read_lock(lock_file)
     versions = {p.name: p.version for p in parsed.packages}
     sources = {p.name: p.index_url for p in parsed.packages}
-    assert versions["torch-neuronx"] == f"2.14.3.0.{FIXTURE_BUILD}"
-    assert versions["torch"] == "2.14.0+cpu"
-    assert versions["neuronx-cc"] == "2.28.7631.0+f702b353"  # the exact labelled version, as AWS's wheel has it
+    assert versions["torch-neuronx"] == LAST.torch_neuronx.replace("*", FIXTURE_BUILD)
+    assert versions["torch"] == LAST.torch_pin
+    assert versions["neuronx-cc"] == labelled("neuronx-cc", COMPILER)  # the exact version AWS's wheel carries
+    assert "+" in versions["neuronx-cc"]
     assert versions["nki"] == NKI
     assert {"sympy", "mpmath", "networkx", "jinja2", "markupsafe", "fsspec", "setuptools"} <= set(versions)
     assert sources["torch-neuronx"] == sources["nki"] == sources["neuronx-cc"] == indexes["neuron"]
@@ -60,8 +71,9 @@ def test_every_cell_locks_for_its_own_python(
     matrix_path = release_copy / "constraints" / "matrix.toml"
     assert main(["--matrix", str(matrix_path), "lock", "--all", *index_args(indexes)]) == 0
     out = capsys.readouterr()
-    assert out.out.count("locked ") == 12
-    assert "Ubuntu 26.04 only" in out.err  # the 24.04 cells say where their wheels come from
+    assert out.out.count("locked ") == len(RELEASE.cells)
+    for system in (s for s in RELEASE.os.values() if not s.wheels_available):  # where their wheels come from
+        assert system.wheels_note in out.err
     assert problems(load_matrix(matrix_path)) == []
 
 
@@ -69,8 +81,8 @@ def test_edited_hash_makes_check_name_the_package(
     capsys: pytest.CaptureFixture[str], release_copy: Path, indexes: dict[str, str]
 ) -> None:
     matrix_path = release_copy / "constraints" / "matrix.toml"
-    assert lock(capsys, matrix_path, "2.13-py3.12-ubuntu26.04", indexes) == 0
-    lock_file = release_copy / "constraints" / "locks" / "2.13-py3.12-ubuntu26.04.txt"
+    assert lock(capsys, matrix_path, OLDER, indexes) == 0
+    lock_file = release_copy / "constraints" / "locks" / f"{OLDER}.txt"
     text = lock_file.read_text()
     nki_hash = read_lock(lock_file).package("nki").hashes[0]  # type: ignore[union-attr]
     lock_file.write_text(text.replace(nki_hash, nki_hash[::-1]))
@@ -84,8 +96,8 @@ def test_hand_added_package_and_missing_hash_are_named(
     capsys: pytest.CaptureFixture[str], release_copy: Path, indexes: dict[str, str]
 ) -> None:
     matrix_path = release_copy / "constraints" / "matrix.toml"
-    assert lock(capsys, matrix_path, "2.13-py3.12-ubuntu26.04", indexes) == 0
-    lock_file = release_copy / "constraints" / "locks" / "2.13-py3.12-ubuntu26.04.txt"
+    assert lock(capsys, matrix_path, OLDER, indexes) == 0
+    lock_file = release_copy / "constraints" / "locks" / f"{OLDER}.txt"
     lock_file.write_text(lock_file.read_text() + "nvidia-cublas-cu12==12.4.5.8\n    # from " + indexes["pypi"] + "\n")
     found = problems(load_matrix(matrix_path))
     text = "\n".join(found)
@@ -95,7 +107,8 @@ def test_hand_added_package_and_missing_hash_are_named(
 
 
 def test_lock_problems_catch_placeholder_cuda_torch_and_wrong_index(matrix: Matrix, tmp_path: Path) -> None:
-    cell = matrix.cell("2.14-py3.12-ubuntu26.04")
+    cell = matrix.cell(CELL)
+    torch = LAST.torch
     lock_file = tmp_path / "lock.txt"
     digest = "a" * 64
     lock_file.write_text(
@@ -107,7 +120,7 @@ def test_lock_problems_catch_placeholder_cuda_torch_and_wrong_index(matrix: Matr
                 "# index pypi: https://pypi.example/simple",
                 f"torch-neuronx==1.0 --hash=sha256:{digest}",
                 "    # from https://pypi.example/simple",
-                f"torch==2.14.0 --hash=sha256:{digest}",
+                f"torch=={torch} --hash=sha256:{digest}",
                 "    # from https://pypi.example/simple",
                 "neuronx-cc>=2.28 \\",
                 f"    --hash=sha256:{digest}",
@@ -119,19 +132,21 @@ def test_lock_problems_catch_placeholder_cuda_torch_and_wrong_index(matrix: Matr
     found = "\n".join(lock_problems(read_lock(lock_file), matrix, cell))
     assert "torch-neuronx 1.0: forbidden: the PyPI placeholder" in found
     assert "torch-neuronx 1.0: came from pypi, but the release routes it to the 'neuron' index" in found
-    assert "torch 2.14.0: came from pypi, but the release routes it to the 'pytorch-cpu' index" in found
-    assert "torch 2.14.0 is not the CPU build (+cpu)" in found
+    assert f"torch {torch}: came from pypi, but the release routes it to the 'pytorch-cpu' index" in found
+    assert f"torch {torch} is not the CPU build (+cpu)" in found
     assert "neuronx-cc 2.28: pinned with '>='" in found
     assert "nki is missing" in found
 
 
 def test_a_locked_version_other_than_the_pin_is_named_label_aside(matrix: Matrix, tmp_path: Path) -> None:
-    cell = matrix.cell("2.14-py3.12-ubuntu26.04")
+    cell = matrix.cell(CELL)
     digest = "b" * 64
+    major, minor, build, patch = COMPILER.split(".")
+    other = labelled("neuronx-cc", f"{major}.{minor}.{int(build) - 1}.{patch}")  # a build before the pin
     entries = {
-        "torch-neuronx": ("2.14.3.0.1871", "neuron"),
-        "torch": ("2.14.0+cpu", "pytorch-cpu"),
-        "neuronx-cc": ("2.28.7630.0+f702b353", "neuron"),
+        "torch-neuronx": (LAST.torch_neuronx.replace("*", "1871"), "neuron"),
+        "torch": (LAST.torch_pin, "pytorch-cpu"),
+        "neuronx-cc": (other, "neuron"),
         "nki": (NKI, "neuron"),
     }
     lines = [f"# cell: {cell.id}", *(f"# index {i.name}: https://{i.name}.example/simple" for i in matrix.indexes)]
@@ -140,7 +155,7 @@ def test_a_locked_version_other_than_the_pin_is_named_label_aside(matrix: Matrix
     lock_file = tmp_path / "lock.txt"
     lock_file.write_text("\n".join(lines) + "\n")
     found = [p for p in lock_problems(read_lock(lock_file), matrix, cell) if "seal" not in p]
-    problem = "neuronx-cc 2.28.7630.0+f702b353 does not satisfy the pin neuronx-cc==2.28.7631.0 (the cell's pin)"
+    problem = f"neuronx-cc {other} does not satisfy the pin neuronx-cc=={COMPILER} (the cell's pin)"
     assert found == [f"{lock_file}: {problem}"]
 
 
@@ -149,10 +164,10 @@ def test_index_without_the_family_fails_and_writes_nothing(
 ) -> None:
     matrix_path = release_copy / "constraints" / "matrix.toml"
     wrong = {**indexes, "neuron": indexes["pypi"]}  # a "Neuron index" that only holds the PyPI placeholder
-    code = main(["--matrix", str(matrix_path), "lock", "--cell", "2.14-py3.12-ubuntu26.04", *index_args(wrong)])
+    code = main(["--matrix", str(matrix_path), "lock", "--cell", CELL, *index_args(wrong)])
     err = capsys.readouterr().err
     assert code == 1
-    assert "could not lock 2.14-py3.12-ubuntu26.04" in err
+    assert f"could not lock {CELL}" in err
     assert "was not found in the package registry" in err
     assert not (release_copy / "constraints" / "locks").exists()
 
@@ -170,16 +185,14 @@ def test_offline_lock_from_find_links(
         if not wheel.name.startswith(("torch", "nvidia")):  # the traps stay out of the offline folder
             (folder / wheel.name).write_bytes(wheel.read_bytes())
     matrix_path = release_copy / "constraints" / "matrix.toml"
-    code = main(
-        ["--matrix", str(matrix_path), "lock", "--cell", "2.14-py3.14-ubuntu26.04", "--find-links", str(folder)]
-    )
+    code = main(["--matrix", str(matrix_path), "lock", "--cell", NEWEST, "--find-links", str(folder)])
     assert code == 0, capsys.readouterr().err
-    parsed = read_lock(release_copy / "constraints" / "locks" / "2.14-py3.14-ubuntu26.04.txt")
+    parsed = read_lock(release_copy / "constraints" / "locks" / f"{NEWEST}.txt")
     assert parsed.offline
-    assert parsed.package("torch").version == "2.14.0+cpu"  # type: ignore[union-attr]
+    assert parsed.package("torch").version == LAST.torch_pin  # type: ignore[union-attr]
 
 
 def test_missing_ca_bundle_is_a_usage_error(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
-    code = main(["lock", "--cell", "2.14-py3.12-ubuntu26.04", "--ca-bundle", str(tmp_path / "none.pem")])
+    code = main(["lock", "--cell", CELL, "--ca-bundle", str(tmp_path / "none.pem")])
     assert code == 2
     assert "CA bundle" in capsys.readouterr().err

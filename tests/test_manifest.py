@@ -8,32 +8,33 @@ from pathlib import Path
 import pytest
 
 from neuron_torch.cli import main
-from neuron_torch.matrix import Matrix
+from neuron_torch.matrix import Matrix, load_matrix
+
+# A manifest of the release the matrix pins (AWS's n2-manifest.json shape), built from the matrix so that a release
+# bump edits no test: every pin the same but the last apt package's, which the manifest holds at another version.
+RELEASE = load_matrix(Path(__file__).resolve().parents[1] / "constraints" / "matrix.toml")
+VERSION = RELEASE.release.version
+INSTANCES = list(RELEASE.instance_families)
+DIFFERING = RELEASE.apt.packages[-1]
+OTHER_VERSION = f"{DIFFERING.version}.1"
+
+
+def _package(name: str, version: str, pythons: tuple[str, ...] = ()) -> dict[str, object]:
+    return {"name": name, "version": version, "supported_instances": INSTANCES, "supported_python_versions": pythons}
+
 
 MANIFEST = {
     "manifest_date": "10/19/2026",
-    "manifest_version": "2.33.0",
+    "manifest_version": VERSION,
     "repos_n2": [{"repo_type": "whl", "repo_url": "https://pip.repos.neuron.amazonaws.com/"}],
     "neuron_releases": [
         {
-            "neuron_version": "2.33.0",
+            "neuron_version": VERSION,
             "packages": [
-                {"name": "torch-neuronx", "version": "2.13.3.0.1871", "supported_instances": ["trn2", "trn3"],
-                 "supported_python_versions": ["3.12", "3.13", "3.14"]},
-                {"name": "torch-neuronx", "version": "2.14.3.0.1871", "supported_instances": ["trn2", "trn3"],
-                 "supported_python_versions": ["3.12", "3.13", "3.14"]},
-                {"name": "neuronx-cc", "version": "2.28.7631.0", "supported_instances": ["trn2", "trn3"],
-                 "supported_python_versions": ["3.12", "3.13", "3.14"]},
-                {"name": "nki", "version": "0.7.0", "supported_instances": ["trn2", "trn3"],
-                 "supported_python_versions": ["3.12", "3.13", "3.14"]},
-                {"name": "aws-neuronx-dkms", "version": "2.31.7.0", "supported_instances": ["trn2", "trn3"],
-                 "supported_python_versions": []},
-                {"name": "aws-neuronx-runtime-lib", "version": "2.35.30.0", "supported_instances": ["trn2"],
-                 "supported_python_versions": []},
-                {"name": "aws-neuronx-collectives", "version": "2.35.43.0", "supported_instances": ["trn2"],
-                 "supported_python_versions": []},
-                {"name": "aws-neuronx-tools", "version": "2.33.37.0", "supported_instances": ["trn2"],
-                 "supported_python_versions": []},
+                *(_package("torch-neuronx", f.torch_neuronx.replace("*", "1871"), RELEASE.pythons)
+                  for f in RELEASE.families.values()),
+                *(_package(name, version, RELEASE.pythons) for name, version in RELEASE.packages.items()),
+                *(_package(p.name, OTHER_VERSION if p is DIFFERING else p.version) for p in RELEASE.apt.packages),
             ],
         }
     ],
@@ -52,16 +53,18 @@ def test_matching_release_reports_only_real_differences(
 ) -> None:
     assert main(["manifest", str(manifest)]) == 0
     out = capsys.readouterr().out
-    assert "same     torch-neuronx 2.14.3.0.* (family 2.14)" in out
-    assert "2.33.0 holds 2.14.3.0.1871" in out
-    assert "differs  aws-neuronx-tools 2.33.38.0" in out and "pins 2.33.37.0" in out
-    assert "1 of 8 pins differ" in out
+    family = list(RELEASE.families.values())[-1]
+    assert f"same     torch-neuronx {family.torch_neuronx} (family {family.name})" in out
+    assert f"{VERSION} holds {family.torch_neuronx.replace('*', '1871')}" in out
+    assert f"differs  {DIFFERING.name} {DIFFERING.version}" in out and f"pins {OTHER_VERSION}" in out
+    pins = len(RELEASE.families) + len(RELEASE.packages) + len(RELEASE.apt.packages)
+    assert f"1 of {pins} pins differ" in out
     assert main(["manifest", str(manifest), "--strict"]) == 1
 
 
 def test_unknown_release_lists_what_the_manifest_holds(capsys: pytest.CaptureFixture[str], manifest: Path) -> None:
     assert main(["manifest", str(manifest), "--release", "2.99.0"]) == 2
-    assert "release '2.99.0' is not in the manifest; it holds 2.33.0" in capsys.readouterr().err
+    assert f"release '2.99.0' is not in the manifest; it holds {VERSION}" in capsys.readouterr().err
 
 
 def test_not_a_manifest(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
