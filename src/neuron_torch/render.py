@@ -19,6 +19,7 @@ from neuron_torch.render_ansible import ansible_vars
 from neuron_torch.render_ci import workflow_files
 from neuron_torch.render_docker import docker_args_files
 from neuron_torch.render_packer import packer_files
+from neuron_torch.templating import render_template
 
 Renderer = Callable[[Matrix], dict[Path, str]]
 
@@ -56,20 +57,13 @@ def readme_sections(matrix: Matrix) -> dict[Path, str]:
     readme = matrix.root / "README.md"
     if not is_release_matrix(matrix) or not readme.is_file():
         return {}
-    rows = ["| cell | torch | torch-neuronx | neuronx-cc | nki | Python route | wheels in the release |", "|---|" * 7]
-    rows[1] = "|---" * 7 + "|"
-    for cell in matrix.cells:
-        wheels = "yes" if cell.os.wheels_available else "no: DLAMI or source build"
-        rows.append(
-            f"| `{cell.id}` | {cell.family.torch_pin} | {cell.family.torch_neuronx} | {cell.packages['neuronx-cc']} "
-            f"| {cell.packages['nki']} | {cell.python_route} | {wheels} |"
-        )
-    apt_rows = ["| apt package | version | installed on |", "|---|---|---|"]
-    apt_rows += [f"| {p.name} | {p.version} | {p.scope} |" for p in matrix.apt.packages]
-    refused = ["| not supported | reason |", "|---|---|"]
-    for group in ("instance_families", "os", "python", "arch"):
-        refused += [f"| {key} | {reason} |" for key, reason in getattr(matrix.unsupported, group).items()]
-    body = "\n\n".join(["\n".join(rows), "\n".join(apt_rows), "\n".join(refused)])
+    groups = ("instance_families", "os", "python", "arch")
+    body = render_template(
+        "support-matrix.md.j2",
+        cells=matrix.cells,
+        apt_packages=matrix.apt.packages,
+        refused=[item for group in groups for item in getattr(matrix.unsupported, group).items()],
+    ).rstrip("\n")
     text = replace_section(readme.read_text(), "support-matrix", body, matrix)
     return {readme: text}
 
