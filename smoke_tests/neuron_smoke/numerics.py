@@ -60,14 +60,16 @@ def _worst_ratio(err: torch.Tensor, bound: torch.Tensor) -> float:
 
 
 def magnitude(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
-    """|A| @ |B| in float64, never below the exact value, computed in float32: a sum of K non-negative terms has a
-    relative error of at most K * u32 / (1 - K * u32) in any order of summation (Higham, Accuracy and Stability of
-    Numerical Algorithms, 2nd ed., §3.1), which the factor (1 + 2 K u32) covers while K * u32 < 1/2. It scales the
-    bound, which needs no more precision, and costs half a float64 matmul."""
-    k = a.shape[-1]
-    if 2 * k * U_ACC >= 1:  # beyond that the float32 sum is no bound: the float64 product
-        return a.double().abs() @ b.double().abs()
-    return (a.float().abs() @ b.float().abs()).double().mul_(1 + 2 * k * U_ACC)
+    """|A| @ |B| in float64, never below the exact value, computed in float32 at half the cost of a float64 matmul.
+    A sum of K non-negative terms has a relative error of at most g = x / (1 - x), x = K * u32, in any order of
+    summation (Higham, Accuracy and Stability of Numerical Algorithms, 2nd ed., §3.1); (1 + 2x)(1 - g) >= 1 holds
+    for x <= 1/4, so multiplying by 1 + 2x covers it. Beyond that, or if float32 overflowed, the float64 product."""
+    x = a.shape[-1] * U_ACC
+    if x <= 0.25:
+        mag = (a.float().abs() @ b.float().abs()).double()
+        if bool(torch.isfinite(mag).all()):
+            return mag.mul_(1 + 2 * x)
+    return a.double().abs() @ b.double().abs()
 
 
 def matmul_error(
