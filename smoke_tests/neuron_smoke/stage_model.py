@@ -79,14 +79,23 @@ def model_dtype(model: nn.Module) -> torch.dtype:
     return min(dtypes, key=lambda d: torch.finfo(d).bits) if dtypes else torch.float32
 
 
+def sgd_step(model: nn.Module) -> None:
+    """One step of plain SGD on the device, in place: p <- p - LR * p.grad (the first step of torch.optim.SGD, with or
+    without momentum, is this update). Written out rather than through torch.optim, whose constructor imports
+    torch._dynamo (about 3 CPU seconds) for the eager runs, and whose step adds nothing a device could get wrong
+    beyond this one op per parameter. A skipped or wrong step shows in the updated weights the stage compares."""
+    with torch.no_grad():
+        for p in model.parameters():
+            if p.grad is not None:
+                p.add_(p.grad, alpha=-LR)
+
+
 def train_step(spec: ModelSpec, device: str, ctx: Context | None = None, mode: Mode = Mode("eager")) -> dict[str, Any]:
     """One SGD step; everything it returns is on the CPU. SGD keeps the update linear in the gradient, unlike Adam,
     whose first step amplifies rounding differences in near-zero gradients into full-size updates."""
     model = copy.deepcopy(spec.model).to(device)
     disable_dropout(model)
     args, kwargs = spec.inputs_on(device)
-    optimizer = torch.optim.SGD(model.parameters(), lr=LR, momentum=0.9)
-    optimizer.zero_grad()
     fn = torch.compile(model, backend=mode.compile_backend, dynamic=False) if mode.compile_backend else model
     device_type = torch.device(device).type
     autocast = torch.autocast(device_type, dtype=mode.autocast) if mode.autocast else contextlib.nullcontext()
@@ -101,7 +110,7 @@ def train_step(spec: ModelSpec, device: str, ctx: Context | None = None, mode: M
         first_s = time.perf_counter() - start
         ctx.shared["compiled_step"] = CompiledStep(fn, model, args, kwargs, mode.compile_backend, first_s)
     grads = {n: p.grad.detach().cpu().clone() for n, p in model.named_parameters() if p.grad is not None}
-    optimizer.step()
+    sgd_step(model)
     if ctx is not None:
         ctx.backend.synchronize()
     return {

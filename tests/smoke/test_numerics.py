@@ -6,7 +6,7 @@ import math
 
 import torch
 from neuron_smoke import stage_model
-from neuron_smoke.numerics import matmul_error, model_rtol, nonfinite
+from neuron_smoke.numerics import magnitude, matmul_error, model_rtol, nonfinite
 from neuron_smoke.stage_matmul import Case, make_inputs, precision_of
 
 
@@ -31,6 +31,17 @@ def test_bf16_matmul_10_percent_wrong_fails_at_large_k() -> None:
     good = torch.addmm(bias, a, b)
     assert matmul_error(good, a, b, bias=bias).ok
     assert matmul_error((good.float() * 1.1).bfloat16(), a, b, bias=bias).worst_ratio > 5
+
+
+def test_float32_magnitude_is_never_below_the_float64_one() -> None:
+    for k in (384, 4096):
+        a, b, _ = _inputs(k)
+        exact = a.double().abs() @ b.double().abs()
+        mag = magnitude(a, b)
+        assert mag.dtype == torch.float64 and bool((mag >= exact).all())
+        assert float(((mag - exact) / exact).max()) <= 3 * k * 2.0**-24  # the factor 1 + 2Ku and the sum's own error
+    huge = torch.full((2, 3), 3e38)  # float32 overflows: the float64 product, not an infinite (all-passing) bound
+    assert bool(torch.isfinite(magnitude(huge, huge.t().contiguous())).all())
 
 
 def test_model_bound_follows_the_dtype() -> None:
