@@ -5,9 +5,12 @@ checks on the final state, version-info JSON)."""
 from __future__ import annotations
 
 import json
+import os
 import re
 import shutil
 import subprocess
+import sys
+import tempfile
 import urllib.request
 import xml.etree.ElementTree as ET
 from pathlib import Path
@@ -55,14 +58,72 @@ def _provisioners(text: str) -> list[tuple[str, str]]:
     return [(m[1], block) for block in blocks if (m := re.match(r'provisioner "([\w-]+)"', block))]
 
 
-def test_cleanup_is_the_last_step_on_the_target_of_both_sources() -> None:
+def _steps_of(source: str) -> list[tuple[str, str]]:
+    """The provisioners that run for one source (those without `only`, and those whose `only` names it)."""
     steps = _provisioners((REPO / "images" / "neuron-torch.pkr.hcl").read_text())
-    for source in ("docker.local", "amazon-ebs.ubuntu"):
-        on_target = [body for kind, body in steps if kind != "shell-local" and ("only" not in body or source in body)]
-        assert "images/scripts/cleanup.sh" in on_target[-1], f"{source}: the cleanup is not the last step on the target"
-    after_cleanup = [body for _, body in steps[[i for i, (_, b) in enumerate(steps) if "cleanup.sh" in b][-1] + 1 :]]
-    assert len(after_cleanup) == 1 and "TESTINFRA_CAPTURED=true" in after_cleanup[0]  # docker:// needs no key
-    assert "docker://" in after_cleanup[0]
+    return [(kind, body) for kind, body in steps if (m := re.search(r"only\s*=\s*\[([^]]*)\]", body)) is None
+            or f'"{source}"' in m[1]]  # fmt: skip
+
+
+def _runs(body: str, script: str) -> bool:
+    return re.search(rf'\n\s*script\s*=\s*"[^"]*/images/scripts/{re.escape(script)}"', body) is not None
+
+
+@pytest.mark.parametrize("source", ["docker.local", "amazon-ebs.ubuntu"])
+def test_cleanup_is_last_on_the_target_and_the_hygiene_checks_run_on_its_result(source: str) -> None:
+    """Issue 14: both sources run the testinfra suite with the hygiene checks (--captured) on the cleaned result."""
+    steps = _steps_of(source)
+    last_cleanup = max(i for i, (_, body) in enumerate(steps) if _runs(body, "cleanup.sh"))
+    after = steps[last_cleanup + 1 :]
+    assert after and all(kind == "shell-local" for kind, _ in after), f"{source}: a step on the target after cleanup"
+    captured = [body for _, body in after if _runs(body, "testinfra.sh") and '"TESTINFRA_CAPTURED=true"' in body]
+    assert len(captured) == 1, f"{source}: no testinfra run with the hygiene checks after the cleanup"
+    if source == "docker.local":
+        assert "TESTINFRA_HOSTS=docker://" in captured[0]  # docker exec needs no key
+        return
+    # Over SSH, through the master connection the run before the cleanup opened (the cleanup removed the key a new
+    # connection would log in with): same host, host key checked when the master was opened.
+    assert '"TESTINFRA_SSH_MASTER=reuse"' in captured[0] and "TESTINFRA_HOSTS=ssh://" in captured[0]
+    before = [body for _, body in steps[:last_cleanup] if _runs(body, "testinfra.sh")]
+    assert len(before) == 1 and '"TESTINFRA_SSH_MASTER=keep"' in before[0]
+    assert "TESTINFRA_CAPTURED" not in before[0] and '"TESTINFRA_JUNIT=testinfra-before-cleanup.xml"' in before[0]
+    hosts = [re.search(r'"TESTINFRA_HOSTS=([^"]+)"', body)[1] for body in (before[0], captured[0])]  # type: ignore[index]
+    assert hosts[0] == hosts[1]
+
+
+def _testinfra_sh(tmp_path: Path, **env: str) -> subprocess.CompletedProcess[str]:
+    """images/scripts/testinfra.sh against an SSH address where nothing listens (port 9 of loopback)."""
+    (tmp_path / "host_key.pub").write_text("ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIFake x\n")
+    base = {
+        "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
+        "TESTINFRA_PYTHON": sys.executable,
+        "TESTINFRA_HOSTS": "ssh://ubuntu@127.0.0.1:9",
+        "TESTINFRA_SSH_KEY": "not a key",
+        "TESTINFRA_HOST_KEY_FILE": str(tmp_path / "host_key.pub"),
+        "TESTINFRA_TARGET": "host",
+        "CELL_FILE": str(tmp_path / "cell.json"),
+        "LOCK_FILE": str(tmp_path / "lock.txt"),
+        "REPORT_DIR": str(tmp_path / "report"),
+    }
+    script = REPO / "images" / "scripts" / "testinfra.sh"
+    return subprocess.run(["bash", str(script)], cwd=REPO, env={**base, **env}, capture_output=True, text=True,
+                          timeout=60, check=False)  # fmt: skip
+
+
+def test_testinfra_after_the_cleanup_refuses_to_run_without_the_master_connection(tmp_path: Path) -> None:
+    control = Path(tempfile.mkdtemp(prefix="nt-ctl-"))  # short: a socket path holds at most 107 bytes
+    try:
+        result = _testinfra_sh(tmp_path, TESTINFRA_SSH_MASTER="reuse", TESTINFRA_CONTROL_DIR=str(control))
+        assert result.returncode == 1, result.stdout + result.stderr
+        assert "no SSH master to ubuntu@127.0.0.1:9" in result.stderr and "TESTINFRA_SSH_MASTER=keep" in result.stderr
+        assert "-m pytest" not in result.stdout  # the suite never ran
+        control.chmod(0o755)  # a socket folder others may enter is refused
+        result = _testinfra_sh(tmp_path, TESTINFRA_SSH_MASTER="reuse", TESTINFRA_CONTROL_DIR=str(control))
+        assert result.returncode == 2 and "mode 0700" in result.stderr, result.stderr
+    finally:
+        shutil.rmtree(control)
+    result = _testinfra_sh(tmp_path, TESTINFRA_SSH_MASTER="always")
+    assert result.returncode == 2 and "use keep (before the cleanup) or reuse (after it)" in result.stderr
 
 
 def test_verify_device_in_the_build_runs_with_the_venv_python() -> None:
