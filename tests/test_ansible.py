@@ -1,8 +1,10 @@
 """The Ansible roles and playbooks: lint, the rendered vars, the lock filters, and real runs against containers.
 
-The container tests need docker, the base image `neuron-torch-base:debian12` and (for molecule and the fleet check)
-the hermetic test bed serving on 127.0.0.1:38021; they skip with the reason when those are missing. The test bed's
-folder is `$NEURON_TORCH_TESTBED_DIR` or `.testbed/` of the checkout (scripts/testbed.sh build writes it).
+The container tests need docker, the base image `neuron-torch-base:debian12` and (for molecule and the uv-standalone
+converge) the hermetic test bed serving on 127.0.0.1:38021 and the Ubuntu twins; they skip with the reason when those
+are missing. The test bed's folder is `$NEURON_TORCH_TESTBED_DIR` or `.testbed/` of the checkout (scripts/testbed.sh
+build writes it). Both converges here run on Ubuntu twins with fixture torch (fast); the one converge of the real CPU
+torch with verify-device is the Packer docker build of 2.13-py3.11-debian12 (tests/test_packer.py).
 """
 
 from __future__ import annotations
@@ -30,6 +32,8 @@ ANSIBLE = REPO / "ansible"
 VENV = REPO / ".venv-ansible" / "bin"
 BASE_IMAGE = "neuron-torch-base:debian12"
 TEST_CELL = "2.13-py3.11-debian12"
+# molecule's default scenario: the distro-route cell on the Ubuntu 24.04 twin (ansible/molecule/default/molecule.yml).
+MOLECULE_CELL = "2.13-py3.13-ubuntu24.04"
 
 
 def tool(name: str) -> Path:
@@ -171,6 +175,68 @@ def test_lock_filters_split_the_lock_by_index_and_apply_mirrors() -> None:
         filters.neuron_lock_groups(LOCK, {"nope": "http://x/"})
 
 
+# --- neuron_verify: the smoke tests as one archive ----------------------------------------------------------------
+
+INSTALL_PLAY = """---
+- name: Install the smoke tests and verify-device
+  hosts: localhost
+  connection: local
+  gather_facts: false
+  vars:
+    ansible_python_interpreter: "{{ ansible_playbook_python }}"
+  tasks:
+    - name: Run the role's install tasks.
+      ansible.builtin.include_role:
+        name: neuron_verify
+        tasks_from: install.yml
+"""
+
+
+def test_smoke_tests_are_deployed_as_one_archive_idempotently_and_an_edit_is_deployed_again(tmp_path: Path) -> None:
+    """neuron_verify's install tasks into a folder of this machine (connection local): the second run changes
+    nothing, an edited smoke test is deployed again, and caches never travel."""
+    if os.geteuid() != 0:
+        pytest.skip("the role installs files owned by root: run as root (CI does) to test it on this machine")
+    source = tmp_path / "smoke_tests"
+    shutil.copytree(REPO / "smoke_tests", source, ignore=shutil.ignore_patterns("__pycache__", ".pytest_cache"))
+    (source / "neuron_smoke" / "__pycache__").mkdir()
+    (source / "neuron_smoke" / "__pycache__" / "cli.cpython-311.pyc").write_bytes(b"stale")
+    root = tmp_path / "opt"
+    script = REPO / "scripts" / "verify-device.sh"
+    link = tmp_path / "bin" / "verify-device"
+    extra = {"neuron_verify_smoke_src": str(source), "neuron_verify_script_src": str(script),
+             "neuron_verify_root": str(root), "neuron_verify_command_link": str(link)}  # fmt: skip
+    (tmp_path / "bin").mkdir()
+    (tmp_path / "extra.json").write_text(json.dumps(extra))
+    (tmp_path / "play.yml").write_text(INSTALL_PLAY)
+    argv = [tool("ansible-playbook"), "-i", "localhost,", tmp_path / "play.yml", "-e", f"@{tmp_path / 'extra.json'}"]
+    scratch = tmp_path / "tmp"  # the controller's temporary folders (TMPDIR)
+    scratch.mkdir()
+    env = {"ANSIBLE_ROLES_PATH": str(ANSIBLE / "roles"), "TMPDIR": str(scratch)}
+
+    def converge() -> int:
+        result = run(argv, cwd=ANSIBLE, env=env, timeout=300)
+        assert result.returncode == 0, result.stdout[-4000:]
+        found = re.search(r"localhost\s*: ok=\d+\s+changed=(\d+) ", result.stdout)
+        assert found, result.stdout[-2000:]
+        return int(found[1])
+
+    assert converge() > 0
+    deployed = root / "smoke_tests"
+    assert (deployed / "neuron_smoke" / "__main__.py").read_bytes() == (
+        source / "neuron_smoke" / "__main__.py"
+    ).read_bytes()
+    assert not list(deployed.rglob("__pycache__")) and not list(deployed.rglob("*.pyc"))
+    assert oct((deployed / "neuron_smoke").stat().st_mode & 0o777) == "0o755"
+    assert oct((deployed / "README.md").stat().st_mode & 0o777) == "0o644"
+    assert converge() == 0
+    edited = source / "neuron_smoke" / "pins.py"
+    edited.write_text(edited.read_text() + "# edited on the controller\n")
+    assert converge() == 1
+    assert (deployed / "neuron_smoke" / "pins.py").read_text().endswith("# edited on the controller\n")
+    assert not list(scratch.iterdir()), "the controller's archive folder was left behind"
+
+
 # --- unsupported cells: refused before any change to the host -----------------------------------------------------
 
 
@@ -225,10 +291,17 @@ def molecule_env(folder: Path) -> dict[str, str]:
 
 
 def test_molecule_converges_idempotently_and_passes_the_shared_testinfra_suite(test_release_vars: Path) -> None:
-    """`molecule test` for the test cell (destroy, create, converge, idempotence, verify); the scenario is destroyed
-    afterwards. (The fleet verdict is tests/test_fleet.py's, on SSH hosts.)"""
+    """`molecule test` of the default scenario: 2.13-py3.13-ubuntu24.04 on the Ubuntu 24.04 twin (destroy, create,
+    prepare, converge, idempotence, verify with the shared testinfra suite), destroyed afterwards. verify-device is
+    installed, not run: the twin's fixture torch cannot run its stages (the scenario says so; the Packer docker build
+    runs it on real torch). The fleet verdict is tests/test_fleet.py's, on SSH hosts."""
     docker_ready()
     folder = find_testbed()
+    if not (folder / "locks" / f"{MOLECULE_CELL}.txt").is_file():
+        pytest.skip(f"no lock of {MOLECULE_CELL} in {folder}/locks: run scripts/testbed.sh build")
+    from tests.testbed.baseimages import twin_base
+
+    assert twin_base("ubuntu24.04") == "neuron-torch-base:ubuntu24.04-twin"  # the scenario's platform image
     molecule = tool("molecule")
     env = molecule_env(folder)
     run([molecule, "destroy"], cwd=ANSIBLE, timeout=600, env=env)  # --destroy never also skips the first destroy
@@ -236,10 +309,13 @@ def test_molecule_converges_idempotently_and_passes_the_shared_testinfra_suite(t
     output = result.stdout + result.stderr
     try:
         assert result.returncode == 0, output[-12000:]
-        for step in ("converge", "idempotence", "verify"):
+        for step in ("prepare", "converge", "idempotence", "verify"):
             assert re.search(rf"{step}\]?:? Executed: Successful", output), (
                 f"molecule {step} did not run: {output[-6000:]}"
             )
+        words = " ".join(output.split())
+        assert "verify-device not run on neuron-torch-molecule-ubuntu2404-twin: neuron_verify_run=never" in words
+        assert re.search(r"\d+ passed", output), output[-6000:]  # the shared suite's own summary line
     finally:
         run([molecule, "destroy"], cwd=ANSIBLE, timeout=600, env=env)
 
