@@ -6,7 +6,7 @@
 # and the host key to trust: TESTINFRA_HOST_KEY_FILE (the target's public host key, read through Packer's session)
 # or TESTINFRA_KNOWN_HOSTS (a known_hosts file). Host-key checking is always on: no key to check, no run.
 # TESTINFRA_SSH_MASTER (ssh:// only): "keep" opens an SSH master connection (host key checked) and leaves it open for
-# up to 15 idle minutes; "reuse" runs over that master only and closes it at the end. That is how the AMI build checks
+# up to 60 idle minutes; "reuse" runs over that master only and closes it at the end. That is how the AMI build checks
 # its final state: the cleanup removes the key a new connection would log in with, not a connection already open.
 # The master's socket lives in TESTINFRA_CONTROL_DIR (default $XDG_RUNTIME_DIR or /tmp, neuron-torch-ssh-UID, 0700).
 # TESTINFRA_JUNIT: the JUnit report's file name in REPORT_DIR (default testinfra.xml).
@@ -44,7 +44,10 @@ ssh_master() {
     printf '    ControlPath %s/%%C\n' "$control_dir" >>"$work/ssh_config"
     ssh_to=(ssh -F "$work/ssh_config" -p "$port" "$login")
     if [[ "$mode" == keep ]]; then
-        "${ssh_to[@]}" -o ControlMaster=auto -o ControlPersist=15m true
+        # verify-device runs between the two runs (minutes on a Trn2): an hour idle at most; the keepalives end the
+        # master within two minutes once the build instance is gone.
+        "${ssh_to[@]}" -o ControlMaster=auto -o ControlPersist=60m -o ServerAliveInterval=30 \
+            -o ServerAliveCountMax=4 true
         echo "testinfra: SSH master to $2 kept open for the run after the cleanup"
     elif ! "${ssh_to[@]}" -O check 2>/dev/null; then
         echo "testinfra: no SSH master to $2 (TESTINFRA_SSH_MASTER=reuse): open it before the cleanup with" \
