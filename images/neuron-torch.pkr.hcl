@@ -102,7 +102,8 @@ build {
   }
 
   # The shared testinfra suite against the build instance over SSH, host-key checking on: the instance's host key,
-  # read through Packer's own session, is the only key testinfra.sh trusts.
+  # read through Packer's own session, is the only key testinfra.sh trusts. The run keeps its SSH master connection
+  # open, so that the suite can run again on the final state after the cleanup (below).
   provisioner "file" {
     only        = ["amazon-ebs.ubuntu"]
     direction   = "download"
@@ -119,6 +120,8 @@ build {
       "TESTINFRA_HOSTS=ssh://${build.User}@${build.Host}:${build.Port}",
       "TESTINFRA_SSH_KEY=${build.SSHPrivateKey}",
       "TESTINFRA_TARGET=host",
+      "TESTINFRA_SSH_MASTER=keep",
+      "TESTINFRA_JUNIT=testinfra-before-cleanup.xml",
       "CELL_FILE=${var.repo_root}/${var.cell_file}",
       "LOCK_FILE=${var.repo_root}/${var.lock_file}",
       "REPORT_DIR=${local.build_dir}",
@@ -151,9 +154,27 @@ build {
     execute_command  = "chmod +x {{ .Path }}; sudo -E {{ .Vars }} {{ .Path }}"
   }
 
-  # The shared testinfra suite on the container's final state, hygiene checks included (--captured): docker exec
-  # needs no key, so it can run after the cleanup. (The AMI's suite ran above, over SSH, before the cleanup removed
-  # the key it logs in with.)
+  # The shared testinfra suite on the final state of both sources, hygiene checks included (--captured). docker exec
+  # needs no key; the AMI's run goes over the SSH master connection opened by the run before the cleanup (the cleanup
+  # removed the key and host keys a new connection would need, not the connection) and closes it.
+  provisioner "shell-local" {
+    only = ["amazon-ebs.ubuntu"]
+    environment_vars = [
+      "TESTINFRA_HOST_KEY_FILE=${local.build_dir}/ssh_host_ed25519_key.pub",
+      "RUN_TESTINFRA=${var.run_testinfra}",
+      "TESTINFRA_PYTHON=${var.testinfra_python}",
+      "TESTINFRA_HOSTS=ssh://${build.User}@${build.Host}:${build.Port}",
+      "TESTINFRA_SSH_KEY=${build.SSHPrivateKey}",
+      "TESTINFRA_TARGET=host",
+      "TESTINFRA_SSH_MASTER=reuse",
+      "TESTINFRA_CAPTURED=true",
+      "CELL_FILE=${var.repo_root}/${var.cell_file}",
+      "LOCK_FILE=${var.repo_root}/${var.lock_file}",
+      "REPORT_DIR=${local.build_dir}",
+    ]
+    script = "${var.repo_root}/images/scripts/testinfra.sh"
+  }
+
   provisioner "shell-local" {
     only = ["docker.local"]
     environment_vars = [

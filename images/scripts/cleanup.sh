@@ -32,7 +32,13 @@ rm -rf /var/lib/apt/lists/* /var/cache/apt/*.bin
 # /tmp and /var/tmp, dot entries too (systemd-tmpfiles makes /tmp/.X11-unix and the like again at boot).
 find /tmp /var/tmp -mindepth 1 -delete
 
-# Logs: rotated files and the journal go; live log files are emptied (their owners and modes stay).
+# Logs: rotated files and the journal go; live log files are emptied (their owners and modes stay). The syslog daemon
+# is stopped first (it starts again on the instance's first boot, being enabled): the AMI build checks the final state
+# over SSH with sudo, and every sudo call would otherwise be written into the emptied /var/log/auth.log and captured.
+# (journald writes on into the journal files removed here, which no longer have a name to be captured under.)
+if [ -d /run/systemd/system ]; then
+    systemctl stop syslog.socket rsyslog.service 2>/dev/null || true
+fi
 find /var/log -type f \( -name '*.gz' -o -name '*.[0-9]' -o -name '*.old' \) -delete
 rm -rf /var/log/journal/*
 find /var/log -type f -exec truncate -s 0 {} +

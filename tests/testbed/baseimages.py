@@ -56,8 +56,10 @@ def twin_hooks(twin: dict[str, Any]) -> list[str]:
     container = traits()["container"]
     user, excludes, clean = container["user"], container["dpkg_excludes"], container["apt_docker_clean"]
     version, codename = twin["version"], twin["codename"]
+    # As Ubuntu's own: nothing in it may say "Debian", since Ansible's distribution facts take any os-release that
+    # does for Debian (observed: provision.yml saw the twin as "Debian 24.04" and refused the Ubuntu cell).
     os_release = [
-        f'PRETTY_NAME="Ubuntu {version} (neuron-torch test-bed twin on Debian {twin["debian_suite"]})"',
+        f'PRETTY_NAME="Ubuntu {version} LTS"',
         'NAME="Ubuntu"',
         f'VERSION_ID="{version}"',
         f'VERSION="{version} ({codename})"',
