@@ -1,4 +1,6 @@
-"""`neuron-torch bundle`: an offline bundle of a test cell installs with the network off; tampering is refused."""
+"""`neuron-torch bundle`: an offline bundle of a test cell holds what its lock and the apt pins name; tampering is
+refused. Its `install.sh` with the network off is test_quickstart.py's (the README's path D, as written, on the
+Ubuntu 26.04 twin with the AMI's traits), so the debian12 bundle is not installed a second time here."""
 
 from __future__ import annotations
 
@@ -15,7 +17,7 @@ from neuron_torch.bundle import make_bundle, pip_platforms
 from neuron_torch.cli import main
 from neuron_torch.errors import NeuronTorchError
 from neuron_torch.mirror import apply_mirror, load_mirror
-from tests.testbed.harness import BASE, CELL, TEST_MATRIX, built_testbed, docker, require_docker
+from tests.testbed.harness import CELL, TEST_MATRIX, built_testbed
 from tests.testbed.traits import labelled
 from tests.testbed.wheels import FixtureWheel, build_wheel
 
@@ -60,20 +62,6 @@ def test_bundle_holds_the_lock_the_debs_and_their_sums() -> None:
     check = subprocess.run(["sha256sum", "--quiet", "--strict", "-c", "SHA256SUMS"], cwd=out)
     assert check.returncode == 0
     assert not list(out.rglob("*.pem")) and not list(out.rglob("ca*"))
-
-
-def test_bundle_installs_with_the_network_off() -> None:
-    require_docker()
-    out = bundle()
-    script = (
-        "/bundle/install.sh && /opt/aws/neuron/bin/neuron-ls --json-output && "
-        "/opt/neuron-venv/bin/python -c "
-        "'import torch, torch_neuronx; print(torch.__version__, torch_neuronx.__version__)'"
-    )
-    result = docker("run", "--rm", "--network", "none", "-v", f"{out}:/bundle:ro", BASE, "sh", "-c", script)
-    lines = result.stdout.strip().splitlines()
-    assert lines[-1] == "2.13.0+cpu 2.13.3.0.1871"
-    assert "[]" in lines
 
 
 def test_a_wheel_whose_hash_differs_from_the_lock_is_refused(tmp_path: Path) -> None:

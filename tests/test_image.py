@@ -349,14 +349,25 @@ print("problems", [p for p in problems if p])
 """
 
 
-def test_the_image_builds_on_the_ubuntu_twin_with_labelled_versions(image: BuiltImage) -> None:
+def test_the_image_builds_on_the_ubuntu_twin_with_labelled_versions(image: BuiltImage, tmp_path: Path) -> None:
     """The Ubuntu 24.04 twin holds `ubuntu` 1000:1000 and no python3, as the real image does; the image builds there
     (the pin assertion passes on AWS-labelled versions), runs as neuron 1000:1000, and the environment stage's pin
-    check (cells.expected_pins + pins.satisfies, what verify-device runs) accepts every labelled version."""
+    check (cells.expected_pins + pins.satisfies, what verify-device runs) accepts every labelled version.
+    Its lock is a user's own: made by `pip-compile --generate-hashes`, passed by `check` as pip wrote it, sealed with
+    `neuron-torch lock --seal` (issue 15: a pip-compile lock passes check and builds)."""
+    from tests.test_pip_tools import pip_compile
+
     matrix = image.matrix
+    lock = pip_compile(matrix, TWIN_CELL, tmp_path, tmp_path / "pip-cache")
+    for argv in (["check", "--lock", str(lock)], ["lock", "--seal", str(lock)]):
+        assert main(["--matrix", str(TEST_MATRIX), *argv, "--cell", TWIN_CELL]) == 0, argv
     tag = f"neuron-torch-test:{TWIN_CELL}"
-    build = plan_image_build(matrix, matrix.cell(TWIN_CELL), tags=(tag,), network="host")
+    build = plan_image_build(matrix, matrix.cell(TWIN_CELL), tags=(tag,), network="host", lock=lock)
     assert run_image_build(build) == 0, "the twin cell's image did not build (see the docker output above)"
+    built = docker("run", "--rm", "--entrypoint", "cat", tag, "/etc/neuron-torch/lock.txt").stdout
+    entries = [line for line in lock.read_text().splitlines() if not line.startswith("--")]  # the build sets these
+    assert [line for line in built.splitlines() if not line.startswith("--")] == entries  # that very lock
+    assert "# resolver: pip-tools" in built and "# seal " in built
     out = docker("run", "--rm", "--entrypoint", "/bin/sh", tag, "-c", "id -un; id -u; id -g; pwd").stdout.split()
     assert out == ["neuron", "1000", "1000", "/home/neuron"]
     check = docker("run", "--rm", "--entrypoint", "python", tag, "-c", ENVIRONMENT_CHECK).stdout

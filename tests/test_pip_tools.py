@@ -21,6 +21,7 @@ import pytest
 
 from neuron_torch.cli import main
 from neuron_torch.lockfile import read_lock
+from neuron_torch.matrix import Matrix
 from neuron_torch.routing import project_url
 from tests.testbed.harness import CELL, TEST_MATRIX, built_testbed
 
@@ -127,23 +128,25 @@ def test_lock_with_the_pip_tools_resolver_matches_the_uv_lock(
     assert run_cli(capsys, "check", "--lock", str(out), "--cell", CELL)[0] == 0
 
 
-@pytest.fixture(scope="module")
-def user_lock(bed_lock: Path, tmp_path_factory: pytest.TempPathFactory, pip_cache: Path) -> str:
-    """What a pip-tools user runs: pip-compile --generate-hashes with the indexes given as pip options."""
-    bed = built_testbed()
-    work = tmp_path_factory.mktemp("pip-compile")
+def pip_compile(matrix: Matrix, cell: str, work: Path, cache: Path) -> Path:
+    """What a pip-tools user runs: pip-compile --generate-hashes with the cell's pins and the release's indexes as pip
+    options (on this interpreter: the test bed's wheels carry no Python markers, so any Python resolves the same)."""
     source = work / "requirements.in"
-    source.write_text("".join(f"{name}=={version}\n" for name, version in bed.matrix.cell(CELL).pins.items()))
-    indexes = [
-        arg for i in bed.matrix.indexes for arg in ("--index-url" if i.is_default else "--extra-index-url", i.url)
-    ]
+    source.write_text("".join(f"{name}=={version}\n" for name, version in matrix.cell(cell).pins.items()))
+    indexes = [arg for i in matrix.indexes for arg in ("--index-url" if i.is_default else "--extra-index-url", i.url)]
     out = work / "requirements.txt"
     result = subprocess.run(
         [tool("pip-compile"), "--generate-hashes", "--allow-unsafe", "--emit-index-url",
          "--cache-dir", str(work / "cache"), *indexes, "-o", str(out), str(source)],
-        env=pip_env(pip_cache), capture_output=True, text=True, cwd=work,
+        env=pip_env(cache), capture_output=True, text=True, cwd=work,
     )  # fmt: skip
     assert result.returncode == 0, result.stderr[-3000:]
+    return out
+
+
+@pytest.fixture(scope="module")
+def user_lock(bed_lock: Path, tmp_path_factory: pytest.TempPathFactory, pip_cache: Path) -> str:
+    out = pip_compile(built_testbed().matrix, CELL, tmp_path_factory.mktemp("pip-compile"), pip_cache)
     assert locked(out) == locked(bed_lock)
     return out.read_text()
 

@@ -1,30 +1,44 @@
 """The README's quick start, read from README.md (so the test fails when the README drifts) and run as written in a
-copy of the release, with the real indexes swapped for local fixture indexes through the mirror settings only
-(NEURON_TORCH_MIRROR), nothing else.
+copy of the release, with the real indexes and apt repository swapped for the test bed through the mirror settings
+only (NEURON_TORCH_MIRROR: the fixture indexes of the real release's packages, the test bed's signed apt repository
+and its key), nothing else.
 
 What runs as written: the set-up's `neuron-torch matrix`, every `neuron-torch lock` and `check` step, `build ami`
-(with a stand-in `packer` first on PATH that logs what it is handed). What runs with one flag added: `build image`
-(`--dry-run`: building the real cell needs the real apt repository; the test cell's image is built for real from
-the same Dockerfile in test_image.py) and the Ansible steps (`--syntax-check`: a converge is test_ansible.py's).
-`bundle`, `docker run`, `install.sh` and the AMI launch are only parsed here (the bundle needs the release's apt
-repository: test_bundle.py runs it on the test release; the others need a Trainium device).
+(with a stand-in `packer` first on PATH that logs what it is handed), `bundle` (path D: the real default cell's
+wheels from the fixture indexes, its apt packages from the test bed's `resolute` suite), and `sudo
+nt-bundle/install.sh` as user `ubuntu` with the network off, on the Ubuntu 26.04 twin given the traits of Canonical's
+AMIs that install.sh meets ([ami.python3]: python3 but no python3-venv, which install.sh refuses before installing
+anything; [ami.sudo]) and then with python3-venv, as the README's step asks.
+What runs with one flag added: `build image` (`--dry-run`) and the Ansible steps (`--syntax-check`: a converge is
+test_ansible.py's). `build image` cannot run for real here: the default cell's base image `ubuntu:26.04` is on
+Docker Hub, which this CI cannot reach, and the mirror settings name no base image (a registry mirror is Docker's
+own setting), so building it would mean swapping more than the mirror settings; its build shares no layer with any
+test_image.py build either (the 2.14 family, the distro's Python 3.14), so it would be a full build, not a cache hit.
+test_image.py builds the same Dockerfile for the test cells on the Debian base and both Ubuntu twins.
+Only parsed: `docker run` (needs that image, and a Trainium device: test_image.py runs the test cell's image with
+the README's `--device=` flags on fixture device nodes and the simulated device) and the AMI launch (AWS).
 """
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shlex
 import shutil
 import subprocess
 import sys
+import tomllib
 from pathlib import Path
 
 import pytest
 
 from neuron_torch.cli import build_parser
 from neuron_torch.matrix import Matrix
+from tests.testbed import hosts
+from tests.testbed.baseimages import twin_base
 from tests.testbed.fixture_indexes import build_release_indexes
+from tests.testbed.harness import DOCKER, built_testbed, require_docker
 
 REPO = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent
@@ -76,8 +90,12 @@ def project(tmp_path_factory: pytest.TempPathFactory, matrix: Matrix) -> tuple[P
             (copy / name).parent.mkdir(parents=True, exist_ok=True)
             shutil.copy2(REPO / name, copy / name)
     indexes = build_release_indexes(matrix, root / "indexes")
+    apt = tomllib.loads(built_testbed().mirror_file.read_text())["apt"]  # the test bed's signed repository and key
     mirror = copy / "mirror.toml"
-    mirror.write_text("[indexes]\n" + "".join(f'{name} = "{url}"\n' for name, url in indexes.items()))
+    mirror.write_text(
+        "[apt]\n" + "".join(f'{key} = "{value}"\n' for key, value in apt.items())
+        + "[indexes]\n" + "".join(f'{name} = "{url}"\n' for name, url in indexes.items())
+    )  # fmt: skip
     tools = root / "bin"
     tools.mkdir()
     packer = tools / "packer"  # a stand-in: `build ami` checks its version, then hands it the build
@@ -126,3 +144,72 @@ def test_the_ansible_steps_parse_as_written(project: tuple[Path, dict[str, str]]
     for command in paths["A"][2:]:
         assert " ansible-playbook " in command, command
         run(command.replace(" ansible-playbook ", f" {playbook} ") + " --syntax-check", project)
+
+
+# The Ubuntu 26.04 twin given what install.sh meets on Canonical's AMIs (tests/testbed/traits.toml): python3 and no
+# python3-venv ([ami.python3]), a user `ubuntu` with passwordless sudo ([ami.sudo], hosts.py's sudoers file); and the
+# same with the python3-venv the README's step 3 asks for (its .debs fetched beside the first stage's install, so one
+# `apt-get update` serves both). Docker's layer cache makes every build after the first free.
+TARGETS = """\
+FROM {base} AS ami
+RUN apt-get update \\
+ && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends python3 sudo >/dev/null \\
+ && mkdir -p /var/cache/venv-debs/partial \\
+ && apt-get install -y -qq --download-only --no-install-recommends -o Dir::Cache::archives=/var/cache/venv-debs \\
+      python3-venv >/dev/null \\
+ && rm -rf /var/lib/apt/lists/* /var/cache/venv-debs/partial \\
+ && printf '{user} ALL=(ALL) NOPASSWD:ALL\\n' >{sudoers} && chmod 0440 {sudoers}
+FROM ami AS venv
+RUN dpkg -i /var/cache/venv-debs/*.deb >/dev/null
+"""
+
+
+def target_image(stage: str) -> str:
+    tag = f"neuron-torch-quickstart15:ubuntu26.04-{stage}"
+    dockerfile = TARGETS.format(base=twin_base("ubuntu26.04"), user=hosts.USER, sudoers=hosts.SUDOERS)
+    subprocess.run(
+        [DOCKER, "build", "--network=host", "--quiet", "--target", stage, "--tag", tag, "-"],
+        input=dockerfile.encode(), check=True, stdout=subprocess.DEVNULL,
+        env={"DOCKER_BUILDKIT": "1", "PATH": "/usr/bin:/bin"},
+    )  # fmt: skip
+    return tag
+
+
+def test_the_bundle_path_runs_as_written_and_installs_offline(project: tuple[Path, dict[str, str]]) -> None:
+    copy, _ = project
+    _, paths = quick_start()
+    lock, make, install = paths["D"]
+    run(lock, project)
+    run(make, project)
+    out = copy / shlex.split(make)[shlex.split(make).index("--out") + 1]
+    manifest = json.loads((out / "manifest.json").read_text())
+    cell = shlex.split(lock)[-1]
+    assert manifest["cell"] == cell and manifest["os"]["codename"] == "resolute"
+    assert sorted(p["name"] for p in manifest["apt"]["packages"]) == [
+        "aws-neuronx-collectives", "aws-neuronx-runtime-lib", "aws-neuronx-tools",
+    ]  # fmt: skip
+    wheels = {w["name"]: w["version"] for w in manifest["wheels"]}
+    assert wheels["torch"].endswith("+cpu") and wheels["torch-neuronx"].startswith(cell.split("-")[0])
+
+    require_docker()
+    assert install == "sudo nt-bundle/install.sh", install
+    versions = "import torch, torch_neuronx; print(torch.__version__, torch_neuronx.__version__)"
+    check = f"/opt/neuron-venv/bin/python -c '{versions}'"
+    script = f"{install} && {check} && /opt/aws/neuron/bin/neuron-ls --json-output"
+    mount = ["-v", f"{out}:/home/{hosts.USER}/nt-bundle:ro", "-w", f"/home/{hosts.USER}", "--user", hosts.USER]
+    offline = [DOCKER, "run", "--rm", "--network", "none", *mount]
+    # Canonical's AMI as it is: install.sh refuses before installing anything, naming the package to add.
+    refused = subprocess.run(
+        [*offline, target_image("ami"), "sh", "-c", f"{install}; echo exit=$?; dpkg -s aws-neuronx-tools"],
+        capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    output = refused.stdout + refused.stderr
+    assert "exit=1" in output and "install python3.14-venv" in output and "nothing was installed" in output, output
+    assert "package 'aws-neuronx-tools' is not installed" in output, output
+    # With python3-venv, as step 3 asks: the bundle installs offline, as written.
+    done = subprocess.run(
+        [*offline, target_image("venv"), "sh", "-c", script], capture_output=True, text=True, timeout=600
+    )
+    output = done.stdout + done.stderr
+    assert done.returncode == 0, output[-4000:]
+    assert f"{wheels['torch']} {wheels['torch-neuronx']}" in output and "[]" in output.split(), output[-2000:]

@@ -1,8 +1,9 @@
 #!/bin/sh
 # Install a neuron-torch offline bundle with the network off (written by `neuron-torch bundle`).
 # Usage: install.sh [--venv DIR] [--no-apt] [--no-pip]
-# Checks SHA256SUMS, apt-installs apt/*.deb, then creates the venv (default /opt/neuron-venv) and installs the
-# wheels with `pip --no-index --require-hashes` from the lock. POSIX sh: runs on a bare base image.
+# Checks SHA256SUMS and that the cell's Python (python3.X) can make a venv, apt-installs apt/*.deb, then creates the
+# venv (default /opt/neuron-venv) and installs the wheels with `pip --no-index --require-hashes` from the lock.
+# POSIX sh: runs on a bare base image.
 set -eu
 bundle=$(cd "$(dirname "$0")" && pwd)
 venv=/opt/neuron-venv
@@ -18,11 +19,30 @@ while [ $# -gt 0 ]; do
 done
 cd "$bundle"
 sha256sum --quiet --strict -c SHA256SUMS
+# Before anything is installed: the cell's Python, able to make a venv (Debian's and Ubuntu's python3 cannot without
+# their python3.X-venv package, which Canonical's AMIs do not install).
+version=$(sed -n 's/^  "python": "\(.*\)",$/\1/p' manifest.json)
+python=python$version
+if [ "$pip" = 1 ] && [ ! -x "$venv/bin/python" ]; then
+    if ! command -v "$python" >/dev/null 2>&1; then
+        echo "install.sh: this bundle is for Python $version and $python is not on this machine:" \
+            "install it, or bundle a cell whose Python this machine has (neuron-torch matrix)" >&2
+        exit 1
+    fi
+    probe=$(mktemp -d)
+    if ! "$python" -m venv "$probe/venv" >/dev/null 2>&1; then
+        rm -rf "$probe"
+        echo "install.sh: $python cannot make a venv here: install python$version-venv (Debian, Ubuntu: Canonical's" \
+            "AMIs lack it) from your OS mirror, then run install.sh again; nothing was installed" >&2
+        exit 1
+    fi
+    rm -rf "$probe"
+fi
 if [ "$apt" = 1 ] && ls apt/*.deb >/dev/null 2>&1; then
     DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends "$bundle"/apt/*.deb
 fi
 if [ "$pip" = 1 ]; then
-    [ -x "$venv/bin/python" ] || python3 -m venv "$venv"
+    [ -x "$venv/bin/python" ] || "$python" -m venv "$venv"
     "$venv/bin/python" -m pip install --disable-pip-version-check --no-index --find-links "$bundle/wheels" \
         --require-hashes --no-deps -r "$bundle/lock.txt"
     "$venv/bin/python" -m pip check
