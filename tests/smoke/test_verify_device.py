@@ -38,9 +38,9 @@ def test_cpu_run_passes_and_reports_every_stage(base_env: dict[str, str], tmp_pa
 @pytest.mark.parametrize("launcher", ["fork", "torchrun"])
 def test_sim_neuron_passes_every_stage(sim_env: dict[str, str], cell_file: Path, tmp_path: Path, launcher: str) -> None:
     # Every runtime rule of the simulated device is on (tests/simdevice/README.md). The simulated device computes on
-    # the host: declare its (tiny) peak, or the Trainium2 floor fails it.
+    # the host: declare its (tiny) peak, or the Trainium2 floor fails it. A whole run (compile, torchrun) gets 360 s.
     run = verify(sim_env, "--cell-file", str(cell_file), SMALL, "--peak-tflops", "0.001", "--expected-devices", "8",
-                 "--launcher", launcher, tmp=tmp_path)  # fmt: skip
+                 "--launcher", launcher, tmp=tmp_path, timeout=360)  # fmt: skip
     assert run.returncode == 0, run.output
     assert {s["status"] for s in run.report["stages"]} == {"pass"}
     env = run.stage("environment")["numbers"]
