@@ -7,8 +7,6 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-import torch.distributed as dist
-
 from neuron_smoke import cores, launchers
 from neuron_smoke.context import Context, StageLog
 from neuron_smoke.errors import Skip
@@ -17,6 +15,12 @@ from neuron_smoke.errors import Skip
 def run(ctx: Context, log: StageLog) -> None:
     nproc = ctx.options.nproc
     backend = ctx.backend
+    # Imported here, not at the top: suite.py imports every stage, and a torch without torch.distributed must still
+    # run the stages a user selected (e.g. `--stages environment` on a host whose torch is not yet the real one).
+    try:
+        import torch.distributed as dist
+    except ImportError as exc:
+        raise Skip(f"torch.distributed cannot be imported in this torch build: {exc}") from exc
     if not dist.is_available():
         raise Skip("torch.distributed is not available in this torch build")
     rank_cores = _rank_cores(backend.name, nproc)
