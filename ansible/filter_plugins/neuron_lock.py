@@ -4,7 +4,8 @@ A lock entry is `name==version \\` followed by `--hash=...` lines and comments, 
 the index the entry was locked from. Installing each index's entries with `--index-url` of that index alone (and
 `--no-deps`) keeps pip's index routing exactly as the lock recorded it. Installed versions are compared with the
 locked ones by PEP 440 through the checkout's smoke_tests/neuron_smoke/pins.py (the standard-library copy of
-neuron_torch.pins; the roles run from a checkout), never as strings.
+neuron_torch.pins; the roles run from a checkout), never as strings. `neuron_cell_record` passes a cell record on
+only when its `schema` version is the one the checkout's smoke_tests/neuron_smoke/cell.schema.json defines.
 """
 
 from __future__ import annotations
@@ -15,17 +16,19 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
-_PINS_FILE = Path(__file__).resolve().parents[2] / "smoke_tests" / "neuron_smoke" / "pins.py"
+_SMOKE = Path(__file__).resolve().parents[2] / "smoke_tests" / "neuron_smoke"
 
 _ENTRY = re.compile(r"^(?P<name>[A-Za-z0-9][A-Za-z0-9._-]*)==(?P<version>[^\s\\;]+)")
 _FROM = re.compile(r"^\s*#\s*from\s+(?P<url>\S+)")
 _INDEX = re.compile(r"^#\s*index\s+(?P<name>[^:\s]+):\s*(?P<url>\S+)")
 
 
-def _pins() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("neuron_torch_pins", _PINS_FILE)
-    if spec is None or spec.loader is None or not _PINS_FILE.is_file():
-        raise FileNotFoundError(f"{_PINS_FILE} is missing: run the playbooks from a neuron-torch checkout")
+def _smoke_module(name: str) -> ModuleType:
+    """smoke_tests/neuron_smoke/NAME.py of the checkout (a standard-library module)."""
+    path = _SMOKE / f"{name}.py"
+    spec = importlib.util.spec_from_file_location(f"neuron_torch_{name}", path)
+    if spec is None or spec.loader is None or not path.is_file():
+        raise FileNotFoundError(f"{path} is missing: run the playbooks from a neuron-torch checkout")
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
@@ -71,7 +74,8 @@ def neuron_lock_groups(text: str, overrides: dict[str, str] | None = None) -> li
     names = {url: name for name, url in neuron_lock_indexes(text).items()}
     unknown = sorted(set(overrides) - set(names.values()))
     if unknown:
-        raise ValueError(f"index override(s) {', '.join(unknown)} name no index of the lock ({', '.join(names.values())})")
+        known = ", ".join(names.values())
+        raise ValueError(f"index override(s) {', '.join(unknown)} name no index of the lock ({known})")
     groups: dict[str, list[str]] = {}
     for entry in _entries(text):
         url = entry.get("index_url")
@@ -88,14 +92,25 @@ def neuron_lock_groups(text: str, overrides: dict[str, str] | None = None) -> li
 
 
 def neuron_lock_missing(text: str, installed: list[dict[str, str]]) -> list[str]:
-    """The locked `name==version` entries that `installed` (pip list --format=json) lacks or holds at another version."""
+    """The locked `name==version` entries that `installed` (pip list --format=json) lacks or holds at another
+    version."""
     have = {_canonical(item["name"]): item["version"] for item in installed}
-    satisfies = _pins().satisfies
+    satisfies = _smoke_module("pins").satisfies
     return [
         f"{name}=={version}"
         for name, version in neuron_lock_versions(text).items()
         if name not in have or satisfies(name, version, have[name])
     ]
+
+
+def neuron_cell_record(record: Any, cell: str) -> dict[str, Any]:
+    """The cell record unchanged, once its `schema` is the version this checkout reads; a clear error otherwise."""
+    source = f"neuron_release.cells['{cell}'] (the release vars, ansible/vars/release.yml or neuron_release_vars)"
+    problem = _smoke_module("cellschema").record_problem(record, source)
+    if problem:
+        raise ValueError(problem)
+    checked: dict[str, Any] = record
+    return checked
 
 
 class FilterModule:
@@ -105,4 +120,5 @@ class FilterModule:
             "neuron_lock_indexes": neuron_lock_indexes,
             "neuron_lock_groups": neuron_lock_groups,
             "neuron_lock_missing": neuron_lock_missing,
+            "neuron_cell_record": neuron_cell_record,
         }

@@ -6,13 +6,16 @@ pytest smoke_tests/infra --hosts=ansible://HOST --ansible-inventory=INV --cell-f
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import re
 from pathlib import Path
+from types import ModuleType
 from typing import Any
 
 import pytest
 
+_CELLSCHEMA = Path(__file__).resolve().parents[1] / "neuron_smoke" / "cellschema.py"
 _PIN = re.compile(r"^(?P<name>[A-Za-z0-9][A-Za-z0-9._-]*)==(?P<version>[^\s;\\]+)")
 
 
@@ -54,10 +57,31 @@ def _required(config: pytest.Config, option: str) -> Path:
     return path
 
 
+def _cellschema() -> ModuleType:
+    spec = importlib.util.spec_from_file_location("neuron_smoke_cellschema", _CELLSCHEMA)
+    assert spec is not None and spec.loader is not None, _CELLSCHEMA
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def read_cell(path: Path) -> dict[str, Any]:
+    """The cell record at `path`; a record of another schema version fails each test that reads it, with the reason
+    (the checks that need no record still run)."""
+    try:
+        record = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as error:
+        pytest.fail(f"--cell-file {path}: cannot read it as JSON ({error})", pytrace=False)
+    problem = _cellschema().record_problem(record, f"--cell-file {path}")
+    if problem:
+        pytest.fail(problem, pytrace=False)
+    checked: dict[str, Any] = record
+    return checked
+
+
 @pytest.fixture(scope="session")
 def cell(pytestconfig: pytest.Config) -> dict[str, Any]:
-    record: dict[str, Any] = json.loads(_required(pytestconfig, "--cell-file").read_text(encoding="utf-8"))
-    return record
+    return read_cell(_required(pytestconfig, "--cell-file"))
 
 
 @pytest.fixture(scope="session")

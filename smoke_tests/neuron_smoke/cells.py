@@ -10,6 +10,7 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
+from neuron_smoke.cellschema import record_problem
 from neuron_smoke.errors import UsageError
 
 DEFAULT_CELL_FILE = "/etc/neuron-torch/cell.json"
@@ -39,9 +40,15 @@ def _read(path: Path) -> dict[str, Any]:
         data = json.loads(path.read_text())
     except (OSError, json.JSONDecodeError) as exc:
         raise UsageError(f"cannot read cell file {path}: {exc}") from exc
-    if not isinstance(data, dict) or "id" not in data:
-        raise UsageError(f"cell file {path} is not a cell (expected a JSON object with an 'id')")
-    return data
+    return _checked(data, f"cell file {path}")
+
+
+def _checked(data: Any, source: str) -> dict[str, Any]:
+    problem = record_problem(data, source)
+    if problem:
+        raise UsageError(problem)
+    record: dict[str, Any] = data
+    return record
 
 
 def _from_cli(cell_id: str) -> dict[str, Any]:
@@ -58,9 +65,7 @@ def _from_cli(cell_id: str) -> dict[str, Any]:
         data = json.loads(proc.stdout)
     except json.JSONDecodeError as exc:
         raise UsageError(f"`neuron-torch cell {cell_id} --json` did not print JSON: {exc}") from exc
-    if not isinstance(data, dict):
-        raise UsageError(f"`neuron-torch cell {cell_id} --json` did not print a JSON object")
-    return data
+    return _checked(data, f"`neuron-torch cell {cell_id} --json`")
 
 
 def normalize(name: str) -> str:

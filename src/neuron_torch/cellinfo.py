@@ -6,6 +6,7 @@ import re
 from pathlib import Path
 from typing import Any
 
+from neuron_torch.cellrecord import schema_version
 from neuron_torch.matrix import AptScope, Cell, Matrix, PythonRoute
 
 
@@ -17,8 +18,9 @@ def relative(path: Path, matrix: Matrix) -> str:
 
 
 def cell_record(matrix: Matrix, cell: Cell) -> dict[str, Any]:
-    """The cell as data. Images and hosts install this as /etc/neuron-torch/cell.json for verify-device."""
+    """The cell as data (cell.schema.json). Images and hosts install it as /etc/neuron-torch/cell.json."""
     return {
+        "schema": schema_version(),
         "id": cell.id,
         "release": matrix.release.name,
         "family": cell.family.name,

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from neuron_torch.cellinfo import relative
+from neuron_torch.cellrecord import read_cell_record
 from neuron_torch.errors import NeuronTorchError
 from neuron_torch.lockfile import lock_problems, read_lock, seal_problems
 from neuron_torch.manifest import vendored_manifest
@@ -16,6 +17,12 @@ def problems(matrix: Matrix) -> list[str]:
         f"{relative(path, matrix)}: stale or missing generated file; run `neuron-torch render`"
         for path in stale_files(matrix)
     ]
+    for record in (c.record_path for c in matrix.cells):  # the consumers read these: of the schema they read?
+        if record.is_file():
+            try:
+                read_cell_record(record)
+            except NeuronTorchError as error:
+                found.append(str(error))
     if matrix.manifest is not None:
         try:
             vendored_manifest(matrix)

@@ -75,6 +75,8 @@ def add_check(sub: Subparsers) -> None:
     p.add_argument("--lock", type=Path, metavar="FILE", help="check only this lock, as every consumer does")
     p.add_argument("--cell", help="the cell the --lock is for")
     p.add_argument("--sealed", action="store_true", help="also require the seal (the gate of builds and bundles)")
+    p.add_argument("--cell-record", type=Path, metavar="FILE", help="check only this cell record (cell.json): its "
+                   "schema version is the one this neuron-torch reads")  # fmt: skip
     p.add_argument("--index", action="append", default=[], metavar="NAME=URL", help="read an unsealed lock's "
                    "routing from this index instead of the release's (a mirror)")  # fmt: skip
     p.add_argument("--ca-bundle", type=Path, help="extra CA bundle (PEM) for TLS-intercepting proxies")

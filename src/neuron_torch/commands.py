@@ -17,6 +17,8 @@ from neuron_torch.errors import EXIT_FAILED, EXIT_OK, NeuronTorchError
 from neuron_torch.hints import with_options
 
 if TYPE_CHECKING:
+    from pathlib import Path
+
     from neuron_torch.matrix import Matrix
 
 
@@ -142,6 +144,8 @@ def cmd_lock(args: argparse.Namespace, matrix: Matrix) -> int:
 def cmd_check(args: argparse.Namespace, matrix: Matrix) -> int:
     from neuron_torch.lockfile import gate_lock, lock_problems, read_lock, seal_command
 
+    if args.cell_record:
+        return _check_cell_record(args.cell_record)
     if args.lock or args.cell:
         if not (args.lock and args.cell):
             raise NeuronTorchError("check --lock FILE needs --cell ID (the cell the lock is for), and the reverse")
@@ -178,6 +182,14 @@ def cmd_check(args: argparse.Namespace, matrix: Matrix) -> int:
         return EXIT_FAILED
     locks = sum(1 for cell in matrix.cells if cell.lock_path.is_file())
     print(f"{matrix.path.name}: {len(matrix.cells)} cells, generated files up to date, {locks} lock(s) sound")
+    return EXIT_OK
+
+
+def _check_cell_record(path: Path) -> int:
+    from neuron_torch.cellrecord import read_cell_record
+
+    record = read_cell_record(path)
+    print(f"{path}: a cell record of schema {record['schema']} (cell {record['id']}, {record['release']})")
     return EXIT_OK
 
 

@@ -188,6 +188,11 @@ class Cell:
         return self.generated_dir / f"{self.id}.txt"
 
     @property
+    def record_path(self) -> Path:
+        """The cell record (cell.schema.json) that `neuron-torch render` writes."""
+        return self.generated_dir / f"{self.id}.json"
+
+    @property
     def lock_path(self) -> Path:
         return self.locks_dir / f"{self.id}.txt"
 

@@ -12,6 +12,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from neuron_torch.cellinfo import caveats, cell_record
+from neuron_torch.cellrecord import SCHEMA_FILE
 from neuron_torch.errors import NeuronTorchError
 from neuron_torch.generated import banner, header, is_release_matrix
 from neuron_torch.matrix import Matrix
@@ -41,7 +42,7 @@ def cell_files(matrix: Matrix) -> dict[Path, str]:
     files = {}
     for cell in matrix.cells:
         record = {"_generated": banner(matrix), **cell_record(matrix, cell)}
-        files[cell.generated_dir / f"{cell.id}.json"] = json.dumps(record, indent=2) + "\n"
+        files[cell.record_path] = json.dumps(record, indent=2) + "\n"
     summary = {
         "_generated": banner(matrix),
         "release": matrix.release.name,
@@ -91,11 +92,20 @@ def smoke_instance_facts(matrix: Matrix) -> dict[Path, str]:
     return {path: json.dumps(facts, indent=2) + "\n"}
 
 
+def smoke_cell_schema(matrix: Matrix) -> dict[Path, str]:
+    """The cell record's schema, for verify-device, the testinfra suite and the Ansible filter plugin."""
+    if not is_release_matrix(matrix):
+        return {}
+    path = matrix.root / "smoke_tests" / "neuron_smoke" / SCHEMA_FILE.name
+    return {path: SCHEMA_FILE.read_text(encoding="utf-8")}
+
+
 RENDERERS: list[Renderer] = [
     constraint_files,
     cell_files,
     readme_sections,
     smoke_instance_facts,
+    smoke_cell_schema,
     docker_args_files,
     ansible_vars,
     packer_files,

@@ -56,7 +56,7 @@ def cell_variables(matrix: Matrix, cell: Cell) -> dict[str, HclValue]:
         "apt_scopes": {p.name: p.scope for p in apt.packages},
         "index_urls": {i.name: i.url for i in matrix.indexes},
         "matrix_file": relative(matrix.path, matrix),
-        "cell_file": relative(cell.generated_dir / f"{cell.id}.json", matrix),
+        "cell_file": relative(cell.record_path, matrix),
         "lock_file": relative(cell.lock_path, matrix),
         "ansible_vars_file": relative(ansible_vars_path(matrix), matrix),
     }

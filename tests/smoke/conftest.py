@@ -22,8 +22,12 @@ VERIFY = REPO / "scripts" / "verify-device.sh"
 
 sys.path.insert(0, str(SMOKE_DIR))
 
+# The cell record's version (smoke_tests/neuron_smoke/cell.schema.json): verify-device refuses any other.
+CELL_SCHEMA = json.loads((SMOKE_DIR / "neuron_smoke" / "cell.schema.json").read_text())["properties"]["schema"]["const"]
+
 # The 2.13 test cell of CI, matching the simulated packages in tests/simdevice/site.
 SIM_CELL = {
+    "schema": CELL_SCHEMA,
     "id": "2.13-py3.11-ubuntu24.04",
     "family": "2.13",
     "python": "3.11",
