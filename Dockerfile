@@ -1,6 +1,6 @@
 # neuron-torch: one cell of the release as a container image (TorchNeuron venv, Neuron runtime, smoke tests).
-# Build it with `neuron-torch build image --cell ID`: every ARG below is rendered from constraints/matrix.toml
-# (constraints/generated/docker/<cell>.args) and the cell's hash lock; a bare `docker build` fails on purpose.
+# Build it with `neuron-torch build image --cell ID`: every ARG below comes from constraints/matrix.toml
+# (`--dry-run` prints them) and the cell's hash lock; a bare `docker build` fails on purpose.
 # Stages: keyring (verified apt key) -> python (the cell's interpreter) -> venv (hash-locked pip install)
 # -> runtime (non-root, no toolchain, no caches). The smoke tests are copied last so editing them rebuilds one layer.
 # A CA bundle for TLS-intercepting proxies is only ever a build secret (`--secret id=ca,src=FILE`), never a layer.

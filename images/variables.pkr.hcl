@@ -8,41 +8,11 @@ variable "release" {
   description = "The Neuron release name of the matrix, e.g. neuron-2.33.0."
 }
 
-variable "release_version" {
-  type = string
-}
-
-variable "family" {
-  type        = string
-  description = "The torch-neuronx family of the cell, e.g. 2.14."
-}
-
 variable "python" {
   type = string
 }
 
-variable "python_route" {
-  type        = string
-  description = "distro (the OS's own Python) or uv-standalone."
-}
-
-variable "uv_version" {
-  type = string
-}
-
 variable "os_id" {
-  type = string
-}
-
-variable "distro" {
-  type = string
-}
-
-variable "os_version" {
-  type = string
-}
-
-variable "codename" {
   type = string
 }
 
@@ -62,25 +32,9 @@ variable "source_ami_owner" {
   default = ""
 }
 
-variable "wheels_available" {
-  type = bool
-}
-
 variable "pins" {
   type        = map(string)
   description = "The cell's direct pip pins: name -> version (or family pattern fixed by the lock)."
-}
-
-variable "apt_url" {
-  type = string
-}
-
-variable "apt_key_url" {
-  type = string
-}
-
-variable "apt_keyring" {
-  type = string
 }
 
 variable "apt_pins" {
@@ -88,23 +42,9 @@ variable "apt_pins" {
   description = "Neuron apt packages: name -> version (installed as name=version*)."
 }
 
-variable "apt_scopes" {
-  type        = map(string)
-  description = "Neuron apt packages: name -> host or image."
-}
-
-variable "index_urls" {
-  type = map(string)
-}
-
-variable "matrix_file" {
-  type        = string
-  description = "The matrix the cell comes from, relative to repo_root."
-}
-
 variable "cell_file" {
   type        = string
-  description = "The cell's rendered record (JSON), relative to repo_root."
+  description = "The cell's rendered record (JSON, src/neuron_torch/cell.schema.json), relative to repo_root."
 }
 
 variable "lock_file" {

@@ -6,6 +6,7 @@ from pathlib import Path
 
 import pytest
 
+from neuron_torch.buildargs import build_args
 from neuron_torch.errors import NeuronTorchError
 from neuron_torch.matrix import Matrix
 from neuron_torch.mirror import (
@@ -17,7 +18,6 @@ from neuron_torch.mirror import (
     mirror_from_env,
     redact,
 )
-from neuron_torch.render_docker import build_args
 
 EXAMPLE = Path(__file__).resolve().parents[1] / "constraints" / "mirror.example.toml"
 FINGERPRINT = "0123456789ABCDEF0123456789ABCDEF01234567"

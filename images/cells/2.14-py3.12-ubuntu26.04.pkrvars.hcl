@@ -2,27 +2,13 @@
 # neuron-2.33.0, cell 2.14-py3.12-ubuntu26.04: packer build -var-file=THIS_FILE images/ (see images/README.md)
 cell_id           = "2.14-py3.12-ubuntu26.04"
 release           = "neuron-2.33.0"
-release_version   = "2.33.0"
-family            = "2.14"
 python            = "3.12"
-python_route      = "uv-standalone"
-uv_version        = "0.13.9"
 os_id             = "ubuntu26.04"
-distro            = "ubuntu"
-os_version        = "26.04"
-codename          = "resolute"
 base_image        = "ubuntu:26.04"
 source_ami_name   = "ubuntu/images/hvm-ssd-gp3/ubuntu-resolute-26.04-amd64-server-20261020"
 source_ami_owner  = "099720109477"
-wheels_available  = true
 pins              = { "torch-neuronx" = "2.14.3.0.*", "torch" = "2.14.0+cpu", "neuronx-cc" = "2.28.7631.0", "nki" = "0.7.0" }
-apt_url           = "https://apt.repos.neuron.amazonaws.com"
-apt_key_url       = "https://apt.repos.neuron.amazonaws.com/GPG-PUB-KEY-AMAZON-AWS-NEURON.PUB"
-apt_keyring       = "/etc/apt/keyrings/neuron.gpg"
 apt_pins          = { "aws-neuronx-dkms" = "2.31.7.0", "aws-neuronx-runtime-lib" = "2.35.30.0", "aws-neuronx-collectives" = "2.35.43.0", "aws-neuronx-tools" = "2.33.38.0" }
-apt_scopes        = { "aws-neuronx-dkms" = "host", "aws-neuronx-runtime-lib" = "image", "aws-neuronx-collectives" = "image", "aws-neuronx-tools" = "image" }
-index_urls        = { "neuron" = "https://pip.repos.neuron.amazonaws.com", "pytorch-cpu" = "https://download.pytorch.org/whl/cpu", "pypi" = "https://pypi.org/simple" }
-matrix_file       = "constraints/matrix.toml"
 cell_file         = "constraints/generated/2.14-py3.12-ubuntu26.04.json"
 lock_file         = "constraints/locks/2.14-py3.12-ubuntu26.04.txt"
 ansible_vars_file = "ansible/vars/release.yml"

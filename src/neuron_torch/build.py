@@ -1,6 +1,6 @@
 """`neuron-torch build image`: build one cell's container image from the Dockerfile with arguments from the matrix.
 
-The build arguments come from render_docker.build_args; the cell's hash lock and cell record are staged under
+The build arguments come from buildargs.build_args; the cell's hash lock and cell record are staged under
 build/image/ (inside the build context, see .dockerignore) and copied into the image at /etc/neuron-torch/.
 """
 
@@ -18,12 +18,12 @@ from functools import cache
 from pathlib import Path
 from urllib.parse import urlsplit
 
+from neuron_torch.buildargs import build_args
 from neuron_torch.cellinfo import cell_record, relative
 from neuron_torch.errors import NeuronTorchError
 from neuron_torch.files import check_ca_bundle
 from neuron_torch.lockfile import gate_lock, pip_options, read_lock, read_lock_text, with_pip_options
 from neuron_torch.matrix import Cell, Matrix
-from neuron_torch.render_docker import build_args
 
 IMAGE = "neuron-torch"
 # docker's reference grammar (distribution/reference): [host[:port]/]name-components[:tag]

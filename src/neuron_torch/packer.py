@@ -1,7 +1,5 @@
-"""Packer builds of a cell: stage the templates, `packer fmt -check` and `packer validate` first, then build.
-
-    python -m neuron_torch.packer [--matrix M] validate [--cell ID|--all]
-    python -m neuron_torch.packer [--matrix M] build --cell ID [--only docker|amazon-ebs] [-- more packer args]
+"""Packer builds of a cell (`neuron-torch build ami`): stage the templates, `packer fmt -check` and `packer
+validate` first, then build.
 
 The templates live in `images/`. They are staged into `build/packer/templates/<matrix>/` so that a matrix other than
 the release (the test bed's) brings its own rendered `cell-id.pkr.hcl`, and so that Packer 1.6.6 (which has no
@@ -10,19 +8,17 @@ the release (the test bed's) brings its own rendered `cell-id.pkr.hcl`, and so t
 
 from __future__ import annotations
 
-import argparse
 import os
 import re
 import shutil
 import subprocess
-import sys
 from collections.abc import Sequence
 from pathlib import Path
 
 from neuron_torch.build import require_lock
 from neuron_torch.choices import PACKER_SOURCES
 from neuron_torch.errors import EXIT_FAILED, EXIT_OK, NeuronTorchError
-from neuron_torch.matrix import Matrix, load_matrix
+from neuron_torch.matrix import Matrix
 from neuron_torch.render import write_rendered
 from neuron_torch.render_packer import CELL_ID_FILE, packer_dir, packer_files, var_file_path
 
@@ -124,39 +120,3 @@ def build(
     staged = matrix.root / "build" / "packer" / "templates" / matrix.path.stem
     selection = [f"-only={PACKER_SOURCES[only]}"] if only else []
     return run([packer, "build", *selection, *var_args(matrix, cell.id), *extra, str(staged)], matrix)
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m neuron_torch.packer", description=__doc__.split("\n")[0])
-    parser.add_argument("--matrix", type=Path, help="release matrix (default: constraints/matrix.toml)")
-    parser.add_argument("--packer", default="packer", help="the packer executable")
-    sub = parser.add_subparsers(dest="command", required=True)
-    p = sub.add_parser("validate", help="packer fmt -check and packer validate, per cell")
-    which = p.add_mutually_exclusive_group(required=True)
-    which.add_argument("--cell")
-    which.add_argument("--all", action="store_true")
-    p = sub.add_parser("build", help="validate, then packer build one cell")
-    p.add_argument("--cell", required=True)
-    p.add_argument("--only", choices=sorted(PACKER_SOURCES))
-    argv = list(sys.argv[1:] if argv is None else argv)
-    extra = argv[argv.index("--") + 1 :] if "--" in argv else []
-    args = parser.parse_args(argv[: argv.index("--")] if "--" in argv else argv)
-    args.extra = extra
-    try:
-        matrix = load_matrix(args.matrix)
-        if args.command == "build":
-            return build(matrix, args.cell, args.only, args.packer, args.extra)
-        if args.cell:
-            matrix.cell(args.cell)
-        cells = [cell.id for cell in matrix.cells] if args.all else [args.cell]
-        status = fmt_check(matrix, args.packer)
-        for cell_id in cells:
-            status = validate(matrix, cell_id, args.packer, args.extra) or status
-        return status
-    except NeuronTorchError as error:
-        print(f"neuron-torch packer: error: {error}", file=sys.stderr)
-        return error.exit_code
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -18,7 +18,6 @@ from neuron_torch.generated import banner, header, is_release_matrix
 from neuron_torch.matrix import Matrix
 from neuron_torch.render_ansible import ansible_vars
 from neuron_torch.render_ci import workflow_files
-from neuron_torch.render_docker import docker_args_files
 from neuron_torch.render_packer import packer_files
 from neuron_torch.templating import render_template
 
@@ -43,13 +42,6 @@ def cell_files(matrix: Matrix) -> dict[Path, str]:
     for cell in matrix.cells:
         record = {"_generated": banner(matrix), **cell_record(matrix, cell)}
         files[cell.record_path] = json.dumps(record, indent=2) + "\n"
-    summary = {
-        "_generated": banner(matrix),
-        "release": matrix.release.name,
-        "default_cell": matrix.release.default_cell,
-        "cells": [cell_record(matrix, cell) for cell in matrix.cells],
-    }
-    files[matrix.generated_dir / "matrix.json"] = json.dumps(summary, indent=2) + "\n"
     return files
 
 
@@ -106,7 +98,6 @@ RENDERERS: list[Renderer] = [
     readme_sections,
     smoke_instance_facts,
     smoke_cell_schema,
-    docker_args_files,
     ansible_vars,
     packer_files,
     workflow_files,

@@ -30,32 +30,18 @@ def var_file_path(matrix: Matrix, cell: Cell) -> Path:
 
 
 def cell_variables(matrix: Matrix, cell: Cell) -> dict[str, HclValue]:
-    """Every fact the Packer templates need about a cell, in file order."""
+    """Every fact the Packer templates read about a cell (and nothing they do not), in file order."""
     apt = matrix.apt
     return {
         "cell_id": cell.id,
         "release": matrix.release.name,
-        "release_version": matrix.release.version,
-        "family": cell.family.name,
         "python": cell.python,
-        "python_route": cell.python_route,
-        "uv_version": matrix.python_install.uv,
         "os_id": cell.os.id,
-        "distro": cell.os.distro,
-        "os_version": cell.os.version,
-        "codename": cell.os.codename,
         "base_image": cell.os.base_image,
         "source_ami_name": cell.os.source_ami_name,
         "source_ami_owner": cell.os.source_ami_owner,
-        "wheels_available": cell.os.wheels_available,
         "pins": dict(cell.pins),
-        "apt_url": apt.url,
-        "apt_key_url": apt.key_url,
-        "apt_keyring": apt.keyring,
         "apt_pins": {p.name: p.version for p in apt.packages},
-        "apt_scopes": {p.name: p.scope for p in apt.packages},
-        "index_urls": {i.name: i.url for i in matrix.indexes},
-        "matrix_file": relative(matrix.path, matrix),
         "cell_file": relative(cell.record_path, matrix),
         "lock_file": relative(cell.lock_path, matrix),
         "ansible_vars_file": relative(ansible_vars_path(matrix), matrix),

@@ -1,14 +1,8 @@
-"""The image build arguments of each cell, rendered from the matrix: constraints/generated/docker/<cell>.args.
-
-`neuron-torch build image` passes the same values (plus the staged lock) as `--build-arg`s; the files let a reader
-or another tool see what a cell's image is built from without running Python.
-"""
+"""The image build arguments of a cell, from the matrix: `neuron-torch build image` passes them (plus the staged
+lock and cell record) as `--build-arg`s; `build image --dry-run` prints them."""
 
 from __future__ import annotations
 
-from pathlib import Path
-
-from neuron_torch.generated import header
 from neuron_torch.matrix import AptScope, Cell, Matrix
 
 
@@ -38,25 +32,3 @@ def build_args(matrix: Matrix, cell: Cell) -> dict[str, str]:
         "PYPI_INDEX_URL": default.url,
         "PINS": " ".join(f"{name}=={version}" for name, version in cell.pins.items()),
     }
-
-
-def args_dir(matrix: Matrix) -> Path:
-    return matrix.generated_dir / "docker"
-
-
-def args_path(matrix: Matrix, cell: Cell) -> Path:
-    return args_dir(matrix) / f"{cell.id}.args"
-
-
-def docker_args_files(matrix: Matrix) -> dict[Path, str]:
-    files = {}
-    for cell in matrix.cells:
-        lines = [header(matrix).rstrip(), f"# Image build arguments of cell {cell.id} ({matrix.release.name})."]
-        lines += [f"{key}={value}" for key, value in build_args(matrix, cell).items()]
-        files[args_path(matrix, cell)] = "\n".join(lines) + "\n"
-    return files
-
-
-def read_args_file(path: Path) -> dict[str, str]:
-    pairs = (line.split("=", 1) for line in path.read_text(encoding="utf-8").splitlines() if line and line[0] != "#")
-    return {key: value for key, value in pairs}
