@@ -10,11 +10,16 @@ from pathlib import Path
 import pytest
 
 from neuron_torch.cli import main
-from neuron_torch.matrix import Matrix
+from neuron_torch.matrix import Matrix, load_matrix
 from tests.testbed.fixture_indexes import build_release_indexes
 
 REPO = Path(__file__).resolve().parents[1]
-CELL = "2.14-py3.13-ubuntu26.04"
+# Cells derived from the matrix (a release bump edits no test): the latest family's and the first family's.
+RELEASE = load_matrix(REPO / "constraints" / "matrix.toml")
+FIRST, *_, LAST = RELEASE.families.values()
+WHEELS = next(system.id for system in RELEASE.os.values() if system.wheels_available)
+CELL = f"{LAST.name}-py{LAST.pythons[1]}-{WHEELS}"
+OTHER_CELL = f"{FIRST.name}-py{FIRST.pythons[0]}-{WHEELS}"
 
 
 def manifest(releases: object) -> str:
@@ -103,8 +108,8 @@ CASES: list[tuple[str, list[str], str]] = [
     ("lock all out", ["lock", "--all", "--out", "{out}"], "--out names one file"),
     ("lock seal all", ["lock", "--all", "--seal", "{good_lock}"], "--seal FILE seals one lock"),
     ("lock seal folder", ["lock", "--cell", CELL, "--seal", "{folder}"], "is a folder, not a lock"),
-    ("lock seal other cell", ["lock", "--cell", "2.13-py3.12-ubuntu26.04", "--seal", "{good_lock}"], "is the lock of"),
-    ("unknown cell", ["cell", "2.14-py3.13-ubuntu30.04"], "ubuntu30.04"),
+    ("lock seal other cell", ["lock", "--cell", OTHER_CELL, "--seal", "{good_lock}"], "is the lock of"),
+    ("unknown cell", ["cell", f"{LAST.name}-py{LAST.pythons[1]}-ubuntu30.04"], "ubuntu30.04"),
     ("bundle out a file", ["bundle", "--cell", CELL, "--lock", "{good_lock}", "--out", "{file}"], "is a file"),
     ("bundle out under a file", ["bundle", "--cell", CELL, "--lock", "{good_lock}", "--out", "{file}/b"], "is a file"),
     ("bundle out not empty", ["bundle", "--cell", CELL, "--lock", "{good_lock}", "--out", "{full}"], "is not empty"),

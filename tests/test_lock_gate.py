@@ -15,12 +15,17 @@ from pathlib import Path
 import pytest
 
 from neuron_torch.cli import main
-from neuron_torch.matrix import Matrix
+from neuron_torch.matrix import Matrix, load_matrix
 from tests.testbed.fixture_indexes import build_release_indexes
 
 REPO = Path(__file__).resolve().parents[1]
-CELL = "2.14-py3.13-ubuntu26.04"
-OTHER = "2.14-py3.14-ubuntu26.04"
+# Two cells of the release's latest family on an OS with wheels, derived from the matrix (a bump edits no test).
+RELEASE = load_matrix(REPO / "constraints" / "matrix.toml")
+LAST = list(RELEASE.families.values())[-1]
+WHEELS = next(system.id for system in RELEASE.os.values() if system.wheels_available)
+CELL = f"{LAST.name}-py{LAST.pythons[1]}-{WHEELS}"
+OTHER = f"{LAST.name}-py{LAST.pythons[-1]}-{WHEELS}"
+CUDA_TORCH = LAST.torch_pin.split("+")[0]  # the same torch version without the +cpu label
 FAKE_HASH = "0" * 64
 
 
@@ -52,8 +57,8 @@ BAD_LOCKS: dict[str, tuple[Callable[[dict[str, str]], str], str]] = {
         "nvidia-cublas-cu12 12.4.5.8: forbidden",
     ),
     "a CUDA torch": (
-        lambda locks: locks[CELL].replace("torch==2.14.0+cpu", "torch==2.14.0"),
-        "torch 2.14.0 is not the CPU build (+cpu)",
+        lambda locks: locks[CELL].replace(f"torch=={LAST.torch_pin}", f"torch=={CUDA_TORCH}"),
+        f"torch {CUDA_TORCH} is not the CPU build (+cpu)",
     ),
     "the PyPI placeholder": (
         lambda locks: re.sub(r"torch-neuronx==\S+", "torch-neuronx==1.0", locks[CELL]),
