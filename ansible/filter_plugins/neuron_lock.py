@@ -4,7 +4,9 @@ A lock entry is `name==version \\` followed by `--hash=...` lines and comments, 
 the index the entry was locked from. Installing each index's entries with `--index-url` of that index alone (and
 `--no-deps`) keeps pip's index routing exactly as the lock recorded it. Installed versions are compared with the
 locked ones by PEP 440 through the checkout's smoke_tests/neuron_smoke/pins.py (the standard-library copy of
-neuron_torch.pins; the roles run from a checkout), never as strings. `neuron_cell_record` passes a cell record on
+neuron_torch.pins; the roles run from a checkout), never as strings; the lock is read by the checkout's
+smoke_tests/neuron_smoke/locktext.py (the one reader of the smoke tests, the testinfra suite and these filters).
+`neuron_cell_record` passes a cell record on
 only when its `schema` version is the one the checkout's smoke_tests/neuron_smoke/cell.schema.json defines.
 """
 
@@ -18,8 +20,6 @@ from typing import Any
 
 _SMOKE = Path(__file__).resolve().parents[2] / "smoke_tests" / "neuron_smoke"
 
-_ENTRY = re.compile(r"^(?P<name>[A-Za-z0-9][A-Za-z0-9._-]*)==(?P<version>[^\s\\;]+)")
-_FROM = re.compile(r"^\s*#\s*from\s+(?P<url>\S+)")
 _INDEX = re.compile(r"^#\s*index\s+(?P<name>[^:\s]+):\s*(?P<url>\S+)")
 
 
@@ -34,30 +34,10 @@ def _smoke_module(name: str) -> ModuleType:
     return module
 
 
-def _canonical(name: str) -> str:
-    return re.sub(r"[-_.]+", "-", name).lower()
-
-
-def _entries(text: str) -> list[dict[str, Any]]:
-    entries: list[dict[str, Any]] = []
-    for line in text.splitlines():
-        match = _ENTRY.match(line)
-        if match:
-            entries.append({"name": _canonical(match["name"]), "version": match["version"], "lines": [line]})
-            continue
-        if not entries or not line.startswith((" ", "\t")):
-            continue
-        source = _FROM.match(line)
-        if source:
-            entries[-1]["index_url"] = source["url"]
-        elif line.strip().startswith("--hash"):
-            entries[-1]["lines"].append(line)
-    return entries
-
-
 def neuron_lock_versions(text: str) -> dict[str, str]:
     """{canonical name: version} of every locked package."""
-    return {entry["name"]: entry["version"] for entry in _entries(text)}
+    versions: dict[str, str] = _smoke_module("locktext").versions(text)
+    return versions
 
 
 def neuron_lock_indexes(text: str) -> dict[str, str]:
@@ -77,7 +57,7 @@ def neuron_lock_groups(text: str, overrides: dict[str, str] | None = None) -> li
         known = ", ".join(names.values())
         raise ValueError(f"index override(s) {', '.join(unknown)} name no index of the lock ({known})")
     groups: dict[str, list[str]] = {}
-    for entry in _entries(text):
+    for entry in _smoke_module("locktext").entries(text):
         url = entry.get("index_url")
         if not url:
             raise ValueError(f"lock entry {entry['name']} has no '# from INDEX_URL' line: regenerate the lock")
@@ -94,7 +74,7 @@ def neuron_lock_groups(text: str, overrides: dict[str, str] | None = None) -> li
 def neuron_lock_missing(text: str, installed: list[dict[str, str]]) -> list[str]:
     """The locked `name==version` entries that `installed` (pip list --format=json) lacks or holds at another
     version."""
-    have = {_canonical(item["name"]): item["version"] for item in installed}
+    have = {_smoke_module("locktext").canonical(item["name"]): item["version"] for item in installed}
     satisfies = _smoke_module("pins").satisfies
     return [
         f"{name}=={version}"

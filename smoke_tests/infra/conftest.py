@@ -8,15 +8,13 @@ from __future__ import annotations
 
 import importlib.util
 import json
-import re
 from pathlib import Path
 from types import ModuleType
 from typing import Any
 
 import pytest
 
-_CELLSCHEMA = Path(__file__).resolve().parents[1] / "neuron_smoke" / "cellschema.py"
-_PIN = re.compile(r"^(?P<name>[A-Za-z0-9][A-Za-z0-9._-]*)==(?P<version>[^\s;\\]+)")
+_SMOKE = Path(__file__).resolve().parents[1] / "neuron_smoke"
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -33,17 +31,19 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     )
 
 
-def canonical(name: str) -> str:
-    return re.sub(r"[-_.]+", "-", name).lower()
+def _smoke_module(name: str) -> ModuleType:
+    """smoke_tests/neuron_smoke/NAME.py (a standard-library module: the suite runs where the toolkit is not)."""
+    path = _SMOKE / f"{name}.py"
+    spec = importlib.util.spec_from_file_location(f"neuron_smoke_{name}", path)
+    assert spec is not None and spec.loader is not None, path
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
 
 
 def read_pins(path: Path) -> dict[str, str]:
-    """name -> version of every `name==version` line of a pip-tools/neuron-torch lock (names canonical)."""
-    pins = {}
-    for line in path.read_text(encoding="utf-8").splitlines():
-        match = _PIN.match(line.strip())
-        if match:
-            pins[canonical(match["name"])] = match["version"]
+    """name -> version of every `name==version` entry of a pip-tools/neuron-torch lock (names canonical)."""
+    pins: dict[str, str] = _smoke_module("locktext").versions(path.read_text(encoding="utf-8"))
     return pins
 
 
@@ -57,14 +57,6 @@ def _required(config: pytest.Config, option: str) -> Path:
     return path
 
 
-def _cellschema() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("neuron_smoke_cellschema", _CELLSCHEMA)
-    assert spec is not None and spec.loader is not None, _CELLSCHEMA
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
 def read_cell(path: Path) -> dict[str, Any]:
     """The cell record at `path`; a record of another schema version fails each test that reads it, with the reason
     (the checks that need no record still run)."""
@@ -72,7 +64,7 @@ def read_cell(path: Path) -> dict[str, Any]:
         record = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, ValueError) as error:
         pytest.fail(f"--cell-file {path}: cannot read it as JSON ({error})", pytrace=False)
-    problem = _cellschema().record_problem(record, f"--cell-file {path}")
+    problem = _smoke_module("cellschema").record_problem(record, f"--cell-file {path}")
     if problem:
         pytest.fail(problem, pytrace=False)
     checked: dict[str, Any] = record

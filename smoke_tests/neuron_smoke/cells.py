@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import shutil
 import subprocess
 from pathlib import Path
@@ -12,6 +11,7 @@ from typing import Any
 
 from neuron_smoke.cellschema import record_problem
 from neuron_smoke.errors import UsageError
+from neuron_smoke.locktext import canonical
 
 DEFAULT_CELL_FILE = "/etc/neuron-torch/cell.json"
 # Cell key -> distribution name, for the pins every cell carries.
@@ -68,13 +68,9 @@ def _from_cli(cell_id: str) -> dict[str, Any]:
     return _checked(data, f"`neuron-torch cell {cell_id} --json`")
 
 
-def normalize(name: str) -> str:
-    return re.sub(r"[-_.]+", "-", name).lower()
-
-
 def expected_pins(cell: dict[str, Any]) -> list[tuple[str, str]]:
     """(distribution, pin) pairs: the cell's named pins, then every entry of `locked` (exact versions from the hash
     lock), so a family pattern such as `2.14.3.0.*` and its locked build are both checked."""
     pins = [(dist, str(cell[key])) for key, dist in PINNED.items() if cell.get(key)]
-    pins += [(normalize(name), str(version)) for name, version in sorted((cell.get("locked") or {}).items())]
+    pins += [(canonical(name), str(version)) for name, version in sorted((cell.get("locked") or {}).items())]
     return pins

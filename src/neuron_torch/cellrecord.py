@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from neuron_torch.errors import NeuronTorchError
-from neuron_torch.files import read_text
+from neuron_torch.files import read_json
 
 SCHEMA_FILE = Path(__file__).with_name("cell.schema.json")
 
@@ -48,9 +48,5 @@ def check_record(data: object, source: str) -> dict[str, Any]:
 
 
 def read_cell_record(path: Path) -> dict[str, Any]:
-    text = read_text(path, "cell record", "pass a cell record (`neuron-torch cell ID --json` writes one)")
-    try:
-        data = json.loads(text)
-    except json.JSONDecodeError as error:
-        raise NeuronTorchError(f"{path}: not JSON ({error})") from None
+    data = read_json(path, "cell record", "pass a cell record (`neuron-torch cell ID --json` writes one)")
     return check_record(data, str(path))

@@ -3,6 +3,7 @@ when the path is missing, a folder, unreadable, not UTF-8 or empty; and writing 
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 from pathlib import Path
@@ -29,6 +30,15 @@ def read_text(path: Path, what: str, fix: str) -> str:
     if not text.strip():
         raise NeuronTorchError(f"{path}: the {what} is empty; {fix}")
     return text
+
+
+def read_json(path: Path, what: str, fix: str) -> object:
+    """The file's JSON data; a usage error naming the path and the parse error (or read_text's problem) otherwise."""
+    text = read_text(path, what, fix)
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as error:
+        raise NeuronTorchError(f"{path}: the {what} is not JSON ({error}); {fix}") from None
 
 
 def check_ca_bundle(path: Path) -> Path:

@@ -8,14 +8,13 @@ from __future__ import annotations
 
 import fnmatch
 import hashlib
-import json
 from dataclasses import dataclass
 from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
 from neuron_torch.errors import EXIT_FAILED, NeuronTorchError
-from neuron_torch.files import read_text
+from neuron_torch.files import read_json
 from neuron_torch.matrix import Matrix, canonical_name
 
 
@@ -62,11 +61,7 @@ def vendored_manifest(matrix: Matrix) -> Path:
 
 def read_manifest(path: Path) -> dict[str, Any]:
     """The manifest's data, shape checked: a bad field is named by its path (neuron_releases[2].packages[0].name)."""
-    text = read_text(path, "manifest file", "pass AWS's n2-manifest.json (or omit FILE for the vendored copy)")
-    try:
-        data = json.loads(text)
-    except json.JSONDecodeError as error:
-        raise NeuronTorchError(f"{path}: not JSON ({error})") from None
+    data = read_json(path, "manifest file", "pass AWS's n2-manifest.json (or omit FILE for the vendored copy)")
     if not isinstance(data, dict) or not isinstance(data.get("neuron_releases"), list):
         raise NeuronTorchError(f"{path}: not a Neuron release manifest (no 'neuron_releases' list)")
     for r, entry in enumerate(data["neuron_releases"]):
