@@ -116,13 +116,24 @@ def test_the_ansible_filter_refuses_an_unknown_schema_version(records: dict[str,
     ansible = REPO / ".venv-ansible" / "bin" / "ansible"
     if not ansible.is_file():
         pytest.skip(".venv-ansible is missing (scripts/dev-setup.sh): the filter was checked in Python only")
+    # The roles' own defaults (python_env, neuron_verify) over release vars whose cell record is schema 1, then 2.
     env = {**os.environ, "ANSIBLE_FILTER_PLUGINS": str(plugins), "ANSIBLE_LOCALHOST_WARNING": "false"}
-    template = "msg={{ rec | neuron_cell_record('x') | to_json }}"
-    args = [str(ansible), "localhost", "-c", "local", "-m", "ansible.builtin.debug", "-a", template, "-e"]
-    wrapped = tmp_path / "wrapped.json"
-    wrapped.write_text(json.dumps({"rec": {**good, "schema": 2}}))
-    refused = subprocess.run([*args, f"@{wrapped}"], env=env, capture_output=True, text=True, timeout=120)
-    assert refused.returncode != 0 and "neuron_release.cells['x'] (the release vars" in refused.stdout + refused.stderr
-    wrapped.write_text(json.dumps({"rec": good}))
-    passed = subprocess.run([*args, f"@{wrapped}"], env=env, capture_output=True, text=True, timeout=120)
-    assert passed.returncode == 0 and good["id"] in passed.stdout, passed.stdout + passed.stderr
+    roles = REPO / "ansible" / "roles"
+    defaults = [
+        arg for role in ("python_env", "neuron_verify") for arg in ("-e", f"@{roles / role / 'defaults/main.yml'}")
+    ]
+    template = "msg={{ [python_env_cell_record.id, neuron_verify_cell_record.python] }}"
+    release = tmp_path / "release.json"
+    args = [str(ansible), "localhost", "-c", "local", "-m", "ansible.builtin.debug", "-a", template, *defaults]
+    args += ["-e", f"neuron_cell={good['id']}", "-e", f"@{release}"]
+    data = ansible_data(load_matrix(REPO / "constraints" / "matrix.toml"))
+    for schema in (1, 2):
+        data["neuron_release"]["cells"][good["id"]]["schema"] = schema
+        release.write_text(json.dumps(data))
+        run = subprocess.run(args, env=env, capture_output=True, text=True, timeout=120, check=False)
+        if schema == 1:
+            assert run.returncode == 0 and good["id"] in run.stdout, run.stdout + run.stderr
+        else:
+            assert run.returncode != 0, run.stdout
+            assert f"neuron_release.cells['{good['id']}'] (the release vars" in run.stdout + run.stderr
+            assert "the cell record has schema 2" in run.stdout + run.stderr
