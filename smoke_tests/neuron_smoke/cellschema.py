@@ -20,7 +20,10 @@ def record_problem(record: object, source: str) -> str | None:
     """Why `record` (read from `source`) is not a cell record this checkout reads; None when it is."""
     if not isinstance(record, dict) or "id" not in record:
         return f"{source} is not a cell record (expected a JSON object with an 'id')"
-    known = schema_version()
+    try:
+        known = schema_version()
+    except (OSError, ValueError, KeyError) as error:
+        return f"cannot read the cell record schema {SCHEMA_FILE} ({error!r}): copy the smoke tests from a checkout"
     if record.get("schema") == known:
         return None
     found = f"schema {record['schema']!r}" if "schema" in record else "no 'schema' field (written before schema 1)"
