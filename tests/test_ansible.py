@@ -1,9 +1,9 @@
 """The Ansible roles and playbooks: lint, the rendered vars, the lock filters, and real runs against containers.
 
-The container tests need docker, the base image `neuron-torch-base:debian12` and (for molecule and the uv-standalone
-converge) the hermetic test bed serving on 127.0.0.1:38021 and the Ubuntu twins; they skip with the reason when those
-are missing. The test bed's folder is `$NEURON_TORCH_TESTBED_DIR` or `.testbed/` of the checkout (scripts/testbed.sh
-build writes it). Both converges here run on Ubuntu twins with fixture torch (fast); the one converge of the real CPU
+The container tests need docker, the base image `neuron-torch-base:debian12` and (for molecule) the hermetic test bed
+serving on 127.0.0.1:38021 and the Ubuntu twins; they skip with the reason when those are missing. The test bed's
+folder is `$NEURON_TORCH_TESTBED_DIR` or `.testbed/` of the checkout (scripts/testbed.sh build writes it). The molecule
+converge (both Python routes, one run) is on Ubuntu twins with fixture torch (fast); the one converge of the real CPU
 torch with verify-device is the Packer docker build of 2.13-py3.11-debian12 (tests/test_packer.py).
 """
 
@@ -32,8 +32,10 @@ ANSIBLE = REPO / "ansible"
 VENV = REPO / ".venv-ansible" / "bin"
 BASE_IMAGE = "neuron-torch-base:debian12"
 TEST_CELL = "2.13-py3.11-debian12"
-# molecule's default scenario: the distro-route cell on the Ubuntu 24.04 twin (ansible/molecule/default/molecule.yml).
+# molecule's default scenario (ansible/molecule/default/molecule.yml): the distro-route cell on the Ubuntu 24.04 twin
+# and the uv-standalone cell on the Ubuntu 26.04 twin, in one run.
 MOLECULE_CELL = "2.13-py3.13-ubuntu24.04"
+UV_CELL = "2.13-py3.13-ubuntu26.04"
 
 
 def tool(name: str) -> Path:
@@ -279,29 +281,45 @@ def test_unsupported_cell_fails_at_the_first_task_and_leaves_the_host_unchanged(
     assert in_container(fresh_host, "sh", "-c", "ls -A /etc/apt/sources.list.d /opt; ls -A /etc").stdout == before
 
 
-# --- molecule: converge, idempotence, the shared testinfra suite --------------------------------------------------
+# --- molecule: both Python routes converged, idempotence, each route's interpreter, the shared testinfra suite -------
 
 
 def molecule_env(folder: Path) -> dict[str, str]:
+    """The scenario's settings from the test bed's mirror settings (molecule.yml reads them from the environment)."""
     mirror = tomllib.loads((folder / "mirror.toml").read_text())
     return {
         "NEURON_TORCH_TESTBED_DIR": str(folder),
         "NEURON_TORCH_TESTBED_KEY_FINGERPRINT": mirror["apt"]["key_fingerprint"],
+        "NEURON_TORCH_TESTBED_INDEX_PYPI": mirror["indexes"]["pypi"],
+        "NEURON_TORCH_TESTBED_PYTHON_DOWNLOADS_JSON_URL": mirror["python"]["downloads_json_url"],
     }
 
 
-def test_molecule_converges_idempotently_and_passes_the_shared_testinfra_suite(test_release_vars: Path) -> None:
-    """`molecule test` of the default scenario: 2.13-py3.13-ubuntu24.04 on the Ubuntu 24.04 twin (destroy, create,
-    prepare, converge, idempotence, verify with the shared testinfra suite), destroyed afterwards. verify-device is
-    installed, not run: the twin's fixture torch cannot run its stages (the scenario says so; the Packer docker build
-    runs it on real torch). The fleet verdict is tests/test_fleet.py's, on SSH hosts."""
+def test_molecule_converges_both_python_routes_idempotently_and_passes_the_shared_testinfra_suite(
+    test_release_vars: Path,
+) -> None:
+    """`molecule test` of the default scenario, two hosts converged in one run: the distro route
+    (2.13-py3.13-ubuntu24.04 on the Ubuntu 24.04 twin) and the uv-standalone route (2.13-py3.13-ubuntu26.04 on the
+    Ubuntu 26.04 twin, whose distro ships 3.14: uv from the pypi index with --require-hashes, the interpreter from the
+    test bed's archive through the mirror settings' [python]). Both get python3 and sudo as Ubuntu's AMIs have them
+    (traits.toml [ami.python3], [ami.sudo]); then idempotence (changed=0 on both), each venv's interpreter checked
+    against its route, and the shared testinfra suite on each host. verify-device is installed, not run: the twin's
+    fixture torch cannot run its stages (the scenario says so; the Packer docker build runs it on real torch). The
+    fleet verdict is tests/test_fleet.py's, on SSH hosts."""
     docker_ready()
     folder = find_testbed()
-    if not (folder / "locks" / f"{MOLECULE_CELL}.txt").is_file():
-        pytest.skip(f"no lock of {MOLECULE_CELL} in {folder}/locks: run scripts/testbed.sh build")
+    hosts = {MOLECULE_CELL: "neuron-torch-molecule-ubuntu2404-twin", UV_CELL: "neuron-torch-molecule-ubuntu2604-twin"}
+    for cell in hosts:
+        if not (folder / "locks" / f"{cell}.txt").is_file():
+            pytest.skip(f"no lock of {cell} in {folder}/locks: run scripts/testbed.sh build")
     from tests.testbed.baseimages import twin_base
 
-    assert twin_base("ubuntu24.04") == "neuron-torch-base:ubuntu24.04-twin"  # the scenario's platform image
+    scenario = (ANSIBLE / "molecule" / "default" / "molecule.yml").read_text()
+    for os_id in ("ubuntu24.04", "ubuntu26.04"):
+        assert f"image: {twin_base(os_id)}\n" in scenario  # the scenario's platform images are the twins
+    release = json.loads(test_release_vars.read_text().split("\n", 2)[2])["neuron_release"]
+    assert release["cells"][MOLECULE_CELL]["python_route"] == "distro"
+    assert release["cells"][UV_CELL]["python_route"] == "uv-standalone"
     molecule = tool("molecule")
     env = molecule_env(folder)
     run([molecule, "destroy"], cwd=ANSIBLE, timeout=600, env=env)  # --destroy never also skips the first destroy
@@ -314,58 +332,13 @@ def test_molecule_converges_idempotently_and_passes_the_shared_testinfra_suite(t
                 f"molecule {step} did not run: {output[-6000:]}"
             )
         words = " ".join(output.split())
-        assert "verify-device not run on neuron-torch-molecule-ubuntu2404-twin: neuron_verify_run=never" in words
-        assert re.search(r"\d+ passed", output), output[-6000:]  # the shared suite's own summary line
+        for host in hosts.values():
+            assert f"verify-device not run on {host}: neuron_verify_run=never" in words
+            assert re.search(rf"{host}: =+ \d+ passed", output), output[-6000:]  # the shared suite's summary, per host
+        # Each route's interpreter check ran on its own host (and was skipped on the other).
+        routes = output.split("TASK [Check the distro route's venv runs the distribution's interpreter.]")[1]
+        assert f"ok: [{hosts[MOLECULE_CELL]}]" in routes.split("TASK [")[0], routes[:2000]
+        routes = output.split("TASK [Check the uv-standalone route's venv runs uv's standalone interpreter")[1]
+        assert f"ok: [{hosts[UV_CELL]}]" in routes.split("TASK [")[0], routes[:2000]
     finally:
         run([molecule, "destroy"], cwd=ANSIBLE, timeout=600, env=env)
-
-
-# --- the uv-standalone route: a plain playbook run, twice, on the Ubuntu 26.04 twin ----------------------------------
-
-UV_CELL = "2.13-py3.13-ubuntu26.04"
-UV_PLAY = """---
-- name: The cell's Python (uv-standalone) and venv
-  hosts: "{host}"
-  vars_files: ["{vars}"]
-  roles: [python_env]
-"""
-
-
-def test_the_uv_standalone_cell_converges_and_a_second_run_changes_nothing(
-    test_release_vars: Path, tmp_path: Path
-) -> None:
-    """python_env on the uv-standalone cell (3.13 on the 26.04 twin, whose distro ships 3.14), given python3 as
-    Ubuntu's AMIs have it (traits.toml [ami.python3]): uv from the pypi index with --require-hashes, the interpreter
-    from the test bed's archive through the mirror settings' [python], the venv from the hash lock; then changed=0."""
-    docker_ready()
-    folder = find_testbed()
-    from tests.testbed.baseimages import twin_base
-
-    image = twin_base("ubuntu26.04")
-    mirror = tomllib.loads((folder / "mirror.toml").read_text())
-    name = container(f"nt-uv-converge-{uuid.uuid4().hex[:6]}", image)
-    try:
-        prepared = in_container(name, "sh", "-c", "apt-get update -qq && apt-get install -y -qq python3 >/dev/null")
-        assert prepared.returncode == 0, prepared.stdout + prepared.stderr
-        play = tmp_path / "uv.yml"
-        play.write_text(UV_PLAY.format(host=name, vars=test_release_vars))  # never the controller
-        extra = {
-            "neuron_cell": UV_CELL,
-            "neuron_repo_root": str(REPO),  # the lock gate (issue 15) runs the checkout's CLI on the controller
-            "neuron_lock_file": str(folder / "locks" / f"{UV_CELL}.txt"),
-            "python_env_index_overrides": mirror["indexes"],
-            "python_env_uv_python_downloads_json_url": mirror["python"]["downloads_json_url"],
-        }
-        (tmp_path / "extra.json").write_text(json.dumps(extra))
-        argv = [tool("ansible-playbook"), "-i", inventory(tmp_path, [name]), play, "-e", f"@{tmp_path / 'extra.json'}"]
-        env = {"ANSIBLE_ROLES_PATH": str(ANSIBLE / "roles"), "ANSIBLE_FILTER_PLUGINS": str(ANSIBLE / "filter_plugins")}
-        first = run(argv, cwd=ANSIBLE, env=env, timeout=900)
-        assert first.returncode == 0, (first.stdout + first.stderr)[-8000:]
-        second = run(argv, cwd=ANSIBLE, env=env, timeout=600)
-        assert second.returncode == 0, (second.stdout + second.stderr)[-8000:]
-        assert re.search(rf"{name}\s*: ok=\d+\s+changed=0 ", second.stdout), second.stdout[-3000:]
-        python = in_container(name, "readlink", "-f", "/opt/neuron-torch/venv/bin/python").stdout.strip()
-        assert python.startswith("/opt/neuron-torch/python/cpython-3.13.") and python.endswith("/bin/python3.13")
-        assert in_container(name, "test", "-e", "/usr/bin/python3.13").returncode == 1, "the distro has no 3.13"
-    finally:
-        run(["docker", "rm", "-f", name], timeout=120)
