@@ -9,30 +9,48 @@ import stat
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
 from neuron_smoke import cores
 from neuron_smoke.errors import UsageError
 
-from tests.smoke.conftest import REPO, verify
+from tests.smoke.conftest import REPO, make_base_env, verify
+from tests.smoke.forkserver import ForkServer
 
 DEVICE_ONLY = "--stages=environment,device"
 
 
-def sim_python(env: dict[str, str], code: str, timeout: float = 120.0) -> subprocess.CompletedProcess[str]:
-    """Runs `code` with the simulated device importable; warnings always shown."""
+SimPython = Callable[..., subprocess.CompletedProcess[str]]
+
+
+@pytest.fixture(scope="module")
+def forkserver(sim_library: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[ForkServer]:
+    """One process importing torch for the module's fresh processes (tests/smoke/forkserver.py)."""
+    server = ForkServer(make_base_env(tmp_path_factory.mktemp("forkserver")))
+    yield server
+    server.close()
+
+
+@pytest.fixture
+def sim_python(forkserver: ForkServer) -> SimPython:
+    """Runs `code` in a fresh process (forked after `import torch`) with the simulated device importable; warnings
+    always shown."""
     prelude = "import warnings; warnings.simplefilter('always'); import torch, torch_neuronx\n"
-    return subprocess.run(
-        [sys.executable, "-c", prelude + code], env=env, capture_output=True, text=True, timeout=timeout, check=False
-    )
+
+    def run(env: dict[str, str], code: str, timeout: float = 120.0) -> subprocess.CompletedProcess[str]:
+        return forkserver.run(env, prelude + code, timeout)
+
+    return run
 
 
 # ---- the simulated device's rules ----
 
 
-def test_cores_belong_to_one_process_and_a_forked_child_must_ask_again(sim_env: dict[str, str]) -> None:
+def test_cores_belong_to_one_process_and_a_forked_child_must_ask_again(
+    sim_env: dict[str, str], sim_python: SimPython
+) -> None:
     code = (
         "import os\n"
         "x = torch.ones(1, device='neuron')\n"
@@ -57,7 +75,7 @@ def test_cores_belong_to_one_process_and_a_forked_child_must_ask_again(sim_env: 
     assert "child got the cores" not in proc.stdout
 
 
-def test_visible_cores_select_and_separate_processes(sim_env: dict[str, str]) -> None:
+def test_visible_cores_select_and_separate_processes(sim_env: dict[str, str], sim_python: SimPython) -> None:
     holder = subprocess.Popen(
         [sys.executable, "-c", "import torch, torch_neuronx, sys; torch.ones(1, device='neuron'); print('held', "
          "flush=True); sys.stdin.read()"],
@@ -82,7 +100,7 @@ def test_visible_cores_select_and_separate_processes(sim_env: dict[str, str]) ->
 
 
 def test_first_use_compiles_once_and_a_second_process_loads_from_the_cache(
-    sim_env: dict[str, str], tmp_path: Path
+    sim_env: dict[str, str], tmp_path: Path, sim_python: SimPython
 ) -> None:
     code = (
         "import time\n"
@@ -102,7 +120,7 @@ def test_first_use_compiles_once_and_a_second_process_loads_from_the_cache(
     assert len(list((tmp_path / "neff-cache").glob("eager-*.neff"))) == misses
 
 
-def test_fallback_compile_and_float64_rules(sim_env: dict[str, str]) -> None:
+def test_fallback_compile_and_float64_rules(sim_env: dict[str, str], sim_python: SimPython) -> None:
     code = (
         "a = torch.randn(4, 4).to('neuron')\n"
         "q, r = torch.linalg.qr(a)\n"
@@ -138,7 +156,7 @@ def test_fallback_compile_and_float64_rules(sim_env: dict[str, str]) -> None:
     assert "float64 kept True" in off.stdout and "fallback []" in off.stdout
 
 
-def test_convolutions_run_on_the_device_like_every_other_op(sim_env: dict[str, str]) -> None:
+def test_convolutions_run_on_the_device_like_every_other_op(sim_env: dict[str, str], sim_python: SimPython) -> None:
     """convolution_overrideable and its backward (what PrivateUse1 convolutions dispatch to) are the device's:
     results equal the CPU's, the ops are tracked, compiled on first use, and can be made to fall back."""
     code = (
