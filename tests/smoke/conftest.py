@@ -60,8 +60,7 @@ def sim_library() -> Path:
     return Path(_load_sim_builder().build())
 
 
-@pytest.fixture
-def base_env(tmp_path: Path) -> dict[str, str]:
+def make_base_env(folder: Path) -> dict[str, str]:
     """An environment with no pins, no IMDS and no Neuron device files, independent of the host."""
     keep = {"NEURON_SIM_BUILD_DIR"}  # where the session built the simulated device
     dropped = ("NEURON_", "TORCH_NEURONX_", "PYTHONPATH")
@@ -69,10 +68,15 @@ def base_env(tmp_path: Path) -> dict[str, str]:
     env.update(
         NEURON_TORCH_PYTHON=sys.executable,
         NEURON_SMOKE_IMDS="0",
-        NEURON_SMOKE_DEFAULT_CELL_FILE=str(tmp_path / "no-cell.json"),
-        NEURON_SMOKE_DEV_GLOB=str(tmp_path / "no-dev" / "neuron*"),
+        NEURON_SMOKE_DEFAULT_CELL_FILE=str(folder / "no-cell.json"),
+        NEURON_SMOKE_DEV_GLOB=str(folder / "no-dev" / "neuron*"),
     )
     return env
+
+
+@pytest.fixture
+def base_env(tmp_path: Path) -> dict[str, str]:
+    return make_base_env(tmp_path)
 
 
 @pytest.fixture
@@ -80,6 +84,27 @@ def sim_env(base_env: dict[str, str], sim_library: Path, tmp_path: Path) -> dict
     """The simulated device's environment (tests/simdevice/environment.py) with a runtime folder and compile cache of
     this test's own."""
     return sim_environment(base_env, tmp_path)
+
+
+@pytest.fixture(scope="module")
+def module_sim_env(sim_library: Path, tmp_path_factory: pytest.TempPathFactory) -> tuple[dict[str, str], Path]:
+    """As sim_env, for a module's shared runs (a folder of the module's own), with that folder."""
+    folder = tmp_path_factory.mktemp("module-sim")
+    return sim_environment(make_base_env(folder), folder), folder
+
+
+@pytest.fixture(scope="session")
+def clean_sim_run(sim_library: Path, tmp_path_factory: pytest.TempPathFactory) -> Run:
+    """One whole clean run on the simulated device (every stage, every runtime rule on, the fork launcher), read by
+    every test that checks a clean run: a verify-device run costs tens of seconds, and a clean one gives the same
+    report to each reader. The simulated device computes on the host: it declares its (tiny) peak, or the Trainium2
+    floor fails it. A whole run (compile's fresh processes and the collectives included) gets 360 s."""
+    folder = tmp_path_factory.mktemp("clean-sim")
+    cell = folder / "cell.json"
+    cell.write_text(json.dumps(SIM_CELL))
+    env = sim_environment(make_base_env(folder), folder)
+    args = ("--cell-file", str(cell), "--throughput-size=256", "--peak-tflops=0.001", "--expected-devices", "8")
+    return verify(env, *args, "--launcher", "fork", tmp=folder, timeout=360)
 
 
 @pytest.fixture

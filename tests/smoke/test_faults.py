@@ -15,18 +15,15 @@ from pathlib import Path
 
 import pytest
 
-from tests.smoke.conftest import verify
+from tests.smoke.conftest import Run, verify
 
 SMALL = "--throughput-size=256"
-# The simulated device computes on the host; a clean run declares that (tiny) peak. Without it the documented
-# Trainium2 peak applies, and the host-speed device fails (test_host_execution_fails_the_throughput_floor).
-SIM_PEAK = "--peak-tflops=0.001"
 MATMUL = "--stages=environment,device,matmul"
 MODEL = "--stages=environment,device,matmul,model"
 
 
-def _failed_cases(run: object) -> list[str]:
-    cases = run.stage("matmul")["numbers"]["cases"]  # type: ignore[attr-defined]
+def _failed_cases(run: Run) -> list[str]:
+    cases = run.stage("matmul")["numbers"]["cases"]
     return sorted(label for label, c in cases.items() if not c["ok"])
 
 
@@ -69,13 +66,24 @@ def test_float32_at_bf16_precision_passes_with_a_note_unless_strict(sim_env: dic
     assert strict.stage("model")["status"] == "fail"
 
 
-def test_attention_op_fallback_is_caught(sim_env: dict[str, str], tmp_path: Path) -> None:
-    env = {**sim_env, "NEURON_SIM_FALLBACK_OPS": "aten::_softmax,aten::bmm"}
-    run = verify(env, "--stages=environment,device,matmul,model,fallback", tmp=tmp_path)
+@pytest.fixture(scope="module")
+def attention_fallback_at_host_speed(module_sim_env: tuple[dict[str, str], Path]) -> Run:
+    """Two independent faults in one run (each is named by its own stage, and neither stage needs the other's):
+    softmax and bmm falling back to the CPU (the fallback stage), and a device computing at host speed against the
+    documented Trainium2 peak (the throughput stage, which needs only the matmul stage)."""
+    env, folder = module_sim_env
+    env = {**env, "NEURON_SIM_FALLBACK_OPS": "aten::_softmax,aten::bmm"}
+    stages = "--stages=environment,device,matmul,model,fallback,throughput"
+    return verify(env, stages, SMALL, tmp=folder)
+
+
+def test_attention_op_fallback_is_caught(attention_fallback_at_host_speed: Run) -> None:
+    run = attention_fallback_at_host_speed
     assert run.returncode == 1
     fallback = run.stage("fallback")
     assert fallback["numbers"]["disallowed"] == ["aten::_softmax", "aten::bmm"]
     assert "ops ran on the CPU: aten::_softmax, aten::bmm" in fallback["failures"][0]
+    assert run.stage("model")["status"] == "pass"  # computed right, on the CPU: only op tracking can tell
 
 
 def test_blind_fallback_tracking_fails(sim_env: dict[str, str], tmp_path: Path) -> None:
@@ -87,18 +95,20 @@ def test_blind_fallback_tracking_fails(sim_env: dict[str, str], tmp_path: Path) 
     assert "op tracking is blind" in fallback["failures"][0]
 
 
-def test_host_execution_fails_the_throughput_floor(sim_env: dict[str, str], tmp_path: Path) -> None:
-    stages = "--stages=environment,device,matmul,throughput"
-    run = verify(sim_env, stages, SMALL, tmp=tmp_path)
+def test_host_execution_fails_the_throughput_floor(attention_fallback_at_host_speed: Run, clean_sim_run: Run) -> None:
+    run = attention_fallback_at_host_speed
     assert run.returncode == 1
     throughput = run.stage("throughput")
+    assert throughput["status"] == "fail"
     assert throughput["numbers"]["peak_tflops"] == pytest.approx(667 / 4)
     assert throughput["numbers"]["percent_of_peak"] < 10
     assert "of the 166.75 TFLOP/s peak (Trainium2 per logical device" in throughput["failures"][0]
     assert "host speed" in throughput["failures"][0]
 
-    declared = verify(sim_env, stages, SMALL, SIM_PEAK, tmp=tmp_path)
+    declared = clean_sim_run  # the same device declaring its (tiny) peak with --peak-tflops, SMALL as above
     assert declared.returncode == 0, declared.output
+    assert declared.report["options"]["peak_tflops"] == 0.001
+    assert declared.report["options"]["throughput_size"] == 256
     assert declared.stage("throughput")["numbers"]["percent_of_peak"] >= 10
 
 
@@ -211,6 +221,8 @@ def test_dict_inputs_and_outputs_work_and_a_broken_contract_is_a_usage_error(
                  tmp=tmp_path)  # fmt: skip
     assert run.returncode == 0, run.output
     assert run.stage("model")["numbers"]["runs"]["float32"]["compared"] == 2 + 1 + 4 + 4
+    # A user's model through every model-driven stage (test_bring_your_own_model checks the model stage only).
+    assert run.stage("fallback")["status"] == "pass" and run.stage("compile")["status"] == "pass"
 
     broken = verify(env, "--model", "mymodels:broken", tmp=tmp_path)
     assert broken.returncode == 2
