@@ -8,6 +8,7 @@ import os
 import subprocess
 import sys
 import time
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -15,6 +16,7 @@ from typing import Any
 import pytest
 
 from tests.simdevice.environment import SIM_SITE, sim_environment
+from tests.smoke.forkserver import ForkServer
 
 REPO = Path(__file__).resolve().parents[2]
 SMOKE_DIR = REPO / "smoke_tests"
@@ -114,19 +116,46 @@ def cell_file(tmp_path: Path) -> Path:
     return path
 
 
-def verify(env: dict[str, str], *args: str, tmp: Path, timeout: float = 120.0) -> Run:
+@pytest.fixture(scope="session")
+def forkserver(sim_library: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[ForkServer]:
+    """One process that imported torch and Dynamo, forked for fresh processes (tests/smoke/forkserver.py)."""
+    server = ForkServer(make_base_env(tmp_path_factory.mktemp("forkserver")))
+    yield server
+    server.close()
+
+
+def verify(env: dict[str, str], *args: str, tmp: Path, timeout: float = 120.0, forked: ForkServer | None = None) -> Run:
+    """scripts/verify-device.sh ARGS in ENV; with `forked`, `python -m neuron_smoke ARGS` as that script starts it
+    (the suite's folder first on PYTHONPATH), in a process forked from the fork server instead of a new interpreter
+    (for the runs that test the stages, not the process: a test of the script, the interpreter, the processes left
+    behind or a watchdog's timing runs the script)."""
     report = tmp / "report.json"
+    argv = ["--report", str(report), *args]
     start = time.monotonic()
-    proc = subprocess.run(
-        [str(VERIFY), "--report", str(report), *args],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        check=False,
-    )
+    if forked is not None and env.get("NEURON_TORCH_PYTHON") == sys.executable:
+        pythonpath = os.pathsep.join(p for p in (str(SMOKE_DIR), env.get("PYTHONPATH")) if p)
+        code = f"import runpy, sys\nsys.argv = ['neuron_smoke', *{argv!r}]\n"
+        code += "runpy.run_module('neuron_smoke', run_name='__main__')\n"
+        proc = forked.run({**env, "PYTHONPATH": pythonpath}, code, timeout)
+    else:
+        proc = subprocess.run(
+            [str(VERIFY), *argv], env=env, capture_output=True, text=True, timeout=timeout, check=False
+        )
     elapsed = time.monotonic() - start
     output = proc.stdout + proc.stderr
     data = json.loads(report.read_text()) if report.exists() else {}
     print(output)
     return Run(proc.returncode, output, data, elapsed)
+
+
+Verify = Callable[..., Run]
+
+
+@pytest.fixture
+def fverify(forkserver: ForkServer) -> Verify:
+    """verify(), forked from the fork server (see verify): for tests of the stages, not of the process."""
+
+    def run(env: dict[str, str], *args: str, tmp: Path, timeout: float = 120.0) -> Run:
+        return verify(env, *args, tmp=tmp, timeout=timeout, forked=forkserver)
+
+    return run

@@ -15,7 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.smoke.conftest import Run, verify
+from tests.smoke.conftest import Run, Verify, verify
+from tests.smoke.forkserver import ForkServer
 
 SMALL = "--throughput-size=256"
 MATMUL = "--stages=environment,device,matmul"
@@ -27,8 +28,8 @@ def _failed_cases(run: Run) -> list[str]:
     return sorted(label for label, c in cases.items() if not c["ok"])
 
 
-def test_bf16_addmm_error_fails_matmul_and_model(sim_env: dict[str, str], tmp_path: Path) -> None:
-    run = verify({**sim_env, "NEURON_SIM_INJECT": "bf16_addmm"}, MODEL, tmp=tmp_path)
+def test_bf16_addmm_error_fails_matmul_and_model(sim_env: dict[str, str], tmp_path: Path, fverify: Verify) -> None:
+    run = fverify({**sim_env, "NEURON_SIM_INJECT": "bf16_addmm"}, MODEL, tmp=tmp_path)
     assert run.returncode == 1
     assert _failed_cases(run) == ["bfloat16 addmm 257x511x129", "bfloat16 linear 128x4096x96"]
     model = run.stage("model")
@@ -37,8 +38,8 @@ def test_bf16_addmm_error_fails_matmul_and_model(sim_env: dict[str, str], tmp_pa
     assert "differ from the CPU reference beyond rtol" in model["failures"][0]
 
 
-def test_large_k_error_fails_matmul(sim_env: dict[str, str], tmp_path: Path) -> None:
-    run = verify({**sim_env, "NEURON_SIM_INJECT": "large_k"}, MATMUL, tmp=tmp_path)
+def test_large_k_error_fails_matmul(sim_env: dict[str, str], tmp_path: Path, fverify: Verify) -> None:
+    run = fverify({**sim_env, "NEURON_SIM_INJECT": "large_k"}, MATMUL, tmp=tmp_path)
     assert run.returncode == 1
     assert _failed_cases(run) == [
         "bfloat16 linear 128x4096x96",
@@ -49,16 +50,18 @@ def test_large_k_error_fails_matmul(sim_env: dict[str, str], tmp_path: Path) -> 
     assert "even the bfloat16-input bound" in " ".join(run.stage("matmul")["failures"])
 
 
-def test_float32_at_bf16_precision_passes_with_a_note_unless_strict(sim_env: dict[str, str], tmp_path: Path) -> None:
+def test_float32_at_bf16_precision_passes_with_a_note_unless_strict(
+    sim_env: dict[str, str], tmp_path: Path, fverify: Verify
+) -> None:
     env = {**sim_env, "NEURON_SIM_INJECT": "fp32_as_bf16"}
-    run = verify(env, MODEL, tmp=tmp_path)
+    run = fverify(env, MODEL, tmp=tmp_path)
     assert run.returncode == 0, run.output
     matmul = run.stage("matmul")
     assert matmul["numbers"]["float32_matmuls_computed_at"] == "bfloat16"
     assert any("--auto-cast matmult --auto-cast-type bf16" in n for n in matmul["notes"])
     assert run.stage("model")["numbers"]["runs"]["float32"]["bound_dtype"] == "bfloat16"
 
-    strict = verify(env, MODEL, "--strict-fp32", tmp=tmp_path)
+    strict = fverify(env, MODEL, "--strict-fp32", tmp=tmp_path)
     assert strict.returncode == 1
     failures = strict.stage("matmul")["failures"]
     assert failures and all("computed at bfloat16 input precision, not float32" in f for f in failures)
@@ -67,14 +70,14 @@ def test_float32_at_bf16_precision_passes_with_a_note_unless_strict(sim_env: dic
 
 
 @pytest.fixture(scope="module")
-def attention_fallback_at_host_speed(module_sim_env: tuple[dict[str, str], Path]) -> Run:
+def attention_fallback_at_host_speed(module_sim_env: tuple[dict[str, str], Path], forkserver: ForkServer) -> Run:
     """Two independent faults in one run (each is named by its own stage, and neither stage needs the other's):
     softmax and bmm falling back to the CPU (the fallback stage), and a device computing at host speed against the
     documented Trainium2 peak (the throughput stage, which needs only the matmul stage)."""
     env, folder = module_sim_env
     env = {**env, "NEURON_SIM_FALLBACK_OPS": "aten::_softmax,aten::bmm"}
     stages = "--stages=environment,device,matmul,model,fallback,throughput"
-    return verify(env, stages, SMALL, tmp=folder)
+    return verify(env, stages, SMALL, tmp=folder, forked=forkserver)
 
 
 def test_attention_op_fallback_is_caught(attention_fallback_at_host_speed: Run) -> None:
@@ -86,9 +89,9 @@ def test_attention_op_fallback_is_caught(attention_fallback_at_host_speed: Run) 
     assert run.stage("model")["status"] == "pass"  # computed right, on the CPU: only op tracking can tell
 
 
-def test_blind_fallback_tracking_fails(sim_env: dict[str, str], tmp_path: Path) -> None:
+def test_blind_fallback_tracking_fails(sim_env: dict[str, str], tmp_path: Path, fverify: Verify) -> None:
     env = {**sim_env, "NEURON_SIM_FAULT": "fallback", "NEURON_SIM_INJECT": "blind_tracking"}
-    run = verify(env, "--stages=environment,device,matmul,model,fallback", tmp=tmp_path)
+    run = fverify(env, "--stages=environment,device,matmul,model,fallback", tmp=tmp_path)
     assert run.returncode == 1
     fallback = run.stage("fallback")
     assert fallback["numbers"]["executed_op_calls"] == 0 and fallback["numbers"]["fallback_ops"] == {}
@@ -183,9 +186,11 @@ def bf16():
 
 
 @pytest.mark.parametrize("factory", ["encoder", "bf16"])
-def test_healthy_models_with_dropout_and_in_bf16_pass(sim_env: dict[str, str], tmp_path: Path, factory: str) -> None:
+def test_healthy_models_with_dropout_and_in_bf16_pass(
+    sim_env: dict[str, str], tmp_path: Path, factory: str, fverify: Verify
+) -> None:
     _write_model(tmp_path, ENCODER)
-    run = verify(_with_models(sim_env, tmp_path), "--model", f"mymodels:{factory}", MODEL, tmp=tmp_path)
+    run = fverify(_with_models(sim_env, tmp_path), "--model", f"mymodels:{factory}", MODEL, tmp=tmp_path)
     assert run.returncode == 0, run.output
     model = run.stage("model")
     assert any("dropout disabled (8 module(s) had dropout)" in n for n in model["notes"])
@@ -213,30 +218,30 @@ def broken():
 
 
 def test_dict_inputs_and_outputs_work_and_a_broken_contract_is_a_usage_error(
-    sim_env: dict[str, str], tmp_path: Path
+    sim_env: dict[str, str], tmp_path: Path, fverify: Verify
 ) -> None:
     _write_model(tmp_path, DICTS)
     env = _with_models(sim_env, tmp_path)
-    run = verify(env, "--model", "mymodels:dicts", "--stages=environment,device,matmul,model,fallback,compile",
+    run = fverify(env, "--model", "mymodels:dicts", "--stages=environment,device,matmul,model,fallback,compile",
                  tmp=tmp_path)  # fmt: skip
     assert run.returncode == 0, run.output
     assert run.stage("model")["numbers"]["runs"]["float32"]["compared"] == 2 + 1 + 4 + 4
     # A user's model through every model-driven stage (test_bring_your_own_model checks the model stage only).
     assert run.stage("fallback")["status"] == "pass" and run.stage("compile")["status"] == "pass"
 
-    broken = verify(env, "--model", "mymodels:broken", tmp=tmp_path)
+    broken = fverify(env, "--model", "mymodels:broken", tmp=tmp_path)
     assert broken.returncode == 2
     assert "inputs is a str" in broken.output and "a factory takes no arguments and returns" in broken.output
 
 
-def test_help_states_the_model_contract(base_env: dict[str, str], tmp_path: Path) -> None:
-    run = verify(base_env, "--help", tmp=tmp_path)
+def test_help_states_the_model_contract(base_env: dict[str, str], tmp_path: Path, fverify: Verify) -> None:
+    run = fverify(base_env, "--help", tmp=tmp_path)
     assert run.returncode == 0
     assert "a factory takes no arguments and returns (model, inputs)" in " ".join(run.output.split())
 
 
 def test_unrelated_pip_check_problem_fails_the_run_but_device_stages_run(
-    base_env: dict[str, str], tmp_path: Path
+    base_env: dict[str, str], tmp_path: Path, fverify: Verify
 ) -> None:
     site = tmp_path / "site"
     info = site / "unrelated_pkg-1.0.dist-info"
@@ -245,7 +250,7 @@ def test_unrelated_pip_check_problem_fails_the_run_but_device_stages_run(
         "Metadata-Version: 2.1\nName: unrelated-pkg\nVersion: 1.0\nRequires-Dist: absent-dep\n"
     )
     env = {**base_env, "PYTHONPATH": str(site)}
-    run = verify(env, "--device", "cpu", MATMUL, tmp=tmp_path)
+    run = fverify(env, "--device", "cpu", MATMUL, tmp=tmp_path)
     assert run.returncode == 1
     environment = run.stage("environment")
     assert environment["status"] == "fail" and environment["blocking"] is False
@@ -253,19 +258,21 @@ def test_unrelated_pip_check_problem_fails_the_run_but_device_stages_run(
     assert run.stage("matmul")["status"] == "pass"
 
 
-def test_auto_never_picks_the_cpu_where_neuron_device_files_exist(base_env: dict[str, str], tmp_path: Path) -> None:
+def test_auto_never_picks_the_cpu_where_neuron_device_files_exist(
+    base_env: dict[str, str], tmp_path: Path, fverify: Verify
+) -> None:
     dev = tmp_path / "dev"
     dev.mkdir()
     (dev / "neuron0").touch()
     env = {**base_env, "NEURON_SMOKE_DEV_GLOB": str(dev / "neuron*")}
-    run = verify(env, "--device", "auto", "--stages=environment", tmp=tmp_path)
+    run = fverify(env, "--device", "auto", "--stages=environment", tmp=tmp_path)
     assert run.returncode == 1
     assert run.report["device"]["backend"] == "neuron"
     assert "torch-neuronx is not installed (required on neuron)" in run.stage("environment")["failures"]
 
 
-def test_reports_are_written_as_stages_finish(base_env: dict[str, str], tmp_path: Path) -> None:
-    run = verify(base_env, "--device", "cpu", "--stages=environment,device", tmp=tmp_path)
+def test_reports_are_written_as_stages_finish(base_env: dict[str, str], tmp_path: Path, fverify: Verify) -> None:
+    run = fverify(base_env, "--device", "cpu", "--stages=environment,device", tmp=tmp_path)
     assert run.returncode == 0
     assert not list(tmp_path.glob(".report.json.*.tmp")), "no half-written file is left behind"
     assert json.loads((tmp_path / "report.json").read_text())["summary"] == {"pass": 2, "fail": 0, "skip": 7}

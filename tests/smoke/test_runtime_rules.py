@@ -16,21 +16,13 @@ import pytest
 from neuron_smoke import cores
 from neuron_smoke.errors import UsageError
 
-from tests.smoke.conftest import REPO, make_base_env, verify
+from tests.smoke.conftest import REPO, Verify
 from tests.smoke.forkserver import ForkServer
 
 DEVICE_ONLY = "--stages=environment,device"
 
 
 SimPython = Callable[..., subprocess.CompletedProcess[str]]
-
-
-@pytest.fixture(scope="module")
-def forkserver(sim_library: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[ForkServer]:
-    """One process importing torch for the module's fresh processes (tests/smoke/forkserver.py)."""
-    server = ForkServer(make_base_env(tmp_path_factory.mktemp("forkserver")))
-    yield server
-    server.close()
 
 
 @pytest.fixture
@@ -191,8 +183,10 @@ def test_convolutions_run_on_the_device_like_every_other_op(sim_env: dict[str, s
 # ---- verify-device on those rules ----
 
 
-def test_too_few_cores_for_ranks_beside_this_process_skips_collectives(sim_env: dict[str, str], tmp_path: Path) -> None:
-    run = verify({**sim_env, "NEURON_RT_VISIBLE_CORES": "4-5"}, "--stages=environment,device,collectives",
+def test_too_few_cores_for_ranks_beside_this_process_skips_collectives(
+    sim_env: dict[str, str], tmp_path: Path, fverify: Verify
+) -> None:
+    run = fverify({**sim_env, "NEURON_RT_VISIBLE_CORES": "4-5"}, "--stages=environment,device,collectives",
                  tmp=tmp_path)  # fmt: skip
     assert run.returncode == 0, run.output
     assert run.stage("collectives")["status"] == "skip"
@@ -217,11 +211,11 @@ def first_run(sim_env: dict[str, str], tmp_path: Path) -> Iterator[subprocess.Po
 
 
 def test_a_second_concurrent_run_fails_at_the_device_stage_naming_the_holder(
-    first_run: subprocess.Popen[str], sim_env: dict[str, str], tmp_path: Path
+    first_run: subprocess.Popen[str], sim_env: dict[str, str], tmp_path: Path, fverify: Verify
 ) -> None:
     second = tmp_path / "second"
     second.mkdir()
-    run = verify(sim_env, "--stages=environment,device,matmul", tmp=second, timeout=120)
+    run = fverify(sim_env, "--stages=environment,device,matmul", tmp=second, timeout=120)
     assert run.returncode == 1
     device = run.stage("device")
     assert device["status"] == "fail"
@@ -235,10 +229,10 @@ def test_a_second_concurrent_run_fails_at_the_device_stage_naming_the_holder(
 
 @pytest.mark.parametrize(("container", "passes"), [("1", True), ("0", False)])
 def test_instance_count_only_when_the_whole_instance_is_visible(
-    sim_env: dict[str, str], tmp_path: Path, container: str, passes: bool
+    sim_env: dict[str, str], tmp_path: Path, container: str, passes: bool, fverify: Verify
 ) -> None:
     env = {**sim_env, "NEURON_SMOKE_CONTAINER": container}
-    run = verify(env, DEVICE_ONLY, "--instance-type", "trn2.48xlarge", tmp=tmp_path)
+    run = fverify(env, DEVICE_ONLY, "--instance-type", "trn2.48xlarge", tmp=tmp_path)
     device = run.stage("device")
     assert device["numbers"]["instance_device_count"] == 64 and device["numbers"]["visible_cores"] == 8
     if passes:
@@ -304,9 +298,9 @@ def test_core_plan(monkeypatch: pytest.MonkeyPatch) -> None:
         cores.plan(node_count=16, nproc=2)
 
 
-def test_a_bad_core_setting_fails_the_device_stage(sim_env: dict[str, str], tmp_path: Path) -> None:
+def test_a_bad_core_setting_fails_the_device_stage(sim_env: dict[str, str], tmp_path: Path, fverify: Verify) -> None:
     start = time.monotonic()
-    run = verify({**sim_env, "NEURON_RT_VISIBLE_CORES": "two"}, DEVICE_ONLY, tmp=tmp_path)
+    run = fverify({**sim_env, "NEURON_RT_VISIBLE_CORES": "two"}, DEVICE_ONLY, tmp=tmp_path)
     assert run.returncode == 1 and time.monotonic() - start < 60
     assert run.stage("device")["failures"] == [
         "NEURON_RT_VISIBLE_CORES='two' is not a core list such as 0, 0-3 or 0,2-3"

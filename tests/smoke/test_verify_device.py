@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.smoke.conftest import SIM_CELL, Run, verify
+from tests.smoke.conftest import SIM_CELL, Run, Verify, verify
 
 STAGES = ["environment", "device", "matmul", "model", "fallback", "compile", "dtype", "collectives", "throughput"]
 # The fault tests concern the single-process stages; the collectives have their own tests (test_launchers.py).
@@ -84,9 +84,9 @@ def test_sim_neuron_collectives_pass_under_torchrun(sim_env: dict[str, str], cel
     _assert_collectives(run, "torchrun")
 
 
-def test_wrong_matmul_fails_matmul_and_model(sim_env: dict[str, str], tmp_path: Path) -> None:
+def test_wrong_matmul_fails_matmul_and_model(sim_env: dict[str, str], tmp_path: Path, fverify: Verify) -> None:
     env = {**sim_env, "NEURON_SIM_FAULT": "wrong_matmul"}
-    run = verify(env, NO_COLLECTIVES, SMALL, tmp=tmp_path)
+    run = fverify(env, NO_COLLECTIVES, SMALL, tmp=tmp_path)
     assert run.returncode == 1
     assert run.stage("matmul")["status"] == "fail"
     assert "the tolerance bound" in run.stage("matmul")["failures"][0]
@@ -95,42 +95,42 @@ def test_wrong_matmul_fails_matmul_and_model(sim_env: dict[str, str], tmp_path: 
     assert "FAIL  matmul" in run.output
 
 
-def test_fallback_ops_fail_unless_allowed(sim_env: dict[str, str], tmp_path: Path) -> None:
+def test_fallback_ops_fail_unless_allowed(sim_env: dict[str, str], tmp_path: Path, fverify: Verify) -> None:
     env = {**sim_env, "NEURON_SIM_FAULT": "fallback"}
     stages = "--stages=environment,device,matmul,model,fallback"
-    run = verify(env, stages, tmp=tmp_path)
+    run = fverify(env, stages, tmp=tmp_path)
     assert run.returncode == 1
     fallback = run.stage("fallback")
     assert fallback["status"] == "fail"
     assert fallback["numbers"]["disallowed"] == ["aten::addmm", "aten::gelu"]
     assert "--allow-fallback" in fallback["failures"][0]
 
-    allowed = verify(env, stages, "--allow-fallback", "addmm,aten::gelu.default", tmp=tmp_path)
+    allowed = fverify(env, stages, "--allow-fallback", "addmm,aten::gelu.default", tmp=tmp_path)
     assert allowed.returncode == 0, allowed.output
     assert set(allowed.stage("fallback")["numbers"]["fallback_ops"]) == {"aten::addmm", "aten::gelu"}
 
 
-def test_hang_times_out_naming_the_stage(sim_env: dict[str, str], tmp_path: Path) -> None:
+def test_hang_times_out_naming_the_stage(sim_env: dict[str, str], tmp_path: Path, fverify: Verify) -> None:
     env = {**sim_env, "NEURON_SIM_FAULT": "hang"}
     # Every stage gets the timeout: 10 s leaves the environment stage (pip check, cold imports) room when loaded.
-    run = verify(env, NO_COLLECTIVES, "--timeout", "10", tmp=tmp_path, timeout=90)
+    run = fverify(env, NO_COLLECTIVES, "--timeout", "10", tmp=tmp_path, timeout=90)
     assert run.returncode == 1
     assert run.stage("matmul")["failures"] == ["matmul: timed out after 10s (a device call did not return)"]
     assert run.stage("model")["reason"] == "skipped: stage matmul timed out, the device may be wedged"
     assert run.elapsed_s < 60
 
 
-def test_no_device_exits_3(sim_env: dict[str, str], tmp_path: Path) -> None:
-    run = verify({**sim_env, "NEURON_SIM_FAULT": "no_device"}, tmp=tmp_path)
+def test_no_device_exits_3(sim_env: dict[str, str], tmp_path: Path, fverify: Verify) -> None:
+    run = fverify({**sim_env, "NEURON_SIM_FAULT": "no_device"}, tmp=tmp_path)
     assert run.returncode == 3
     assert run.stage("device")["status"] == "fail"
     assert "torch reports 0 devices" in run.output
     assert run.stage("matmul")["reason"] == "skipped: stage device failed"
 
 
-def test_missing_device_files_exit_3_with_help(sim_env: dict[str, str], tmp_path: Path) -> None:
+def test_missing_device_files_exit_3_with_help(sim_env: dict[str, str], tmp_path: Path, fverify: Verify) -> None:
     env = {**sim_env, "NEURON_SMOKE_DEV_GLOB": str(tmp_path / "nothing" / "neuron*")}
-    run = verify(env, tmp=tmp_path)
+    run = fverify(env, tmp=tmp_path)
     assert run.returncode == 3
     for hint in ("neuron-ls", "--device=/dev/neuron0", "driver", "host"):
         assert hint in run.output
@@ -138,18 +138,18 @@ def test_missing_device_files_exit_3_with_help(sim_env: dict[str, str], tmp_path
 
 
 @pytest.mark.skipif(bool(glob.glob("/dev/neuron*")), reason="this host has Neuron devices")
-def test_default_run_without_neuron_exits_3_quickly(base_env: dict[str, str], tmp_path: Path) -> None:
+def test_default_run_without_neuron_exits_3_quickly(base_env: dict[str, str], tmp_path: Path, fverify: Verify) -> None:
     env = {k: v for k, v in base_env.items() if k != "NEURON_SMOKE_DEV_GLOB"}
-    run = verify(env, tmp=tmp_path, timeout=60)
+    run = fverify(env, tmp=tmp_path, timeout=60)
     assert run.returncode == 3
     assert run.elapsed_s < 30
     assert "/dev/neuron* not found" in run.output
 
 
-def test_version_drift_fails_environment(sim_env: dict[str, str], tmp_path: Path) -> None:
+def test_version_drift_fails_environment(sim_env: dict[str, str], tmp_path: Path, fverify: Verify) -> None:
     drifted = tmp_path / "drifted.json"
     drifted.write_text(json.dumps({**SIM_CELL, "nki": "0.8.0", "torch_neuronx": "2.14.3.0.*"}))
-    run = verify({**sim_env, "NEURON_TORCH_CELL_FILE": str(drifted)}, NO_COLLECTIVES, SMALL, tmp=tmp_path)
+    run = fverify({**sim_env, "NEURON_TORCH_CELL_FILE": str(drifted)}, NO_COLLECTIVES, SMALL, tmp=tmp_path)
     assert run.returncode == 1
     env = run.stage("environment")
     assert env["status"] == "fail"
@@ -160,10 +160,12 @@ def test_version_drift_fails_environment(sim_env: dict[str, str], tmp_path: Path
     assert run.stage("matmul")["reason"] == "skipped: stage environment failed"
 
 
-def test_cpu_tolerates_absent_neuron_packages_but_not_drift(base_env: dict[str, str], tmp_path: Path) -> None:
+def test_cpu_tolerates_absent_neuron_packages_but_not_drift(
+    base_env: dict[str, str], tmp_path: Path, fverify: Verify
+) -> None:
     cell = tmp_path / "cell.json"
     cell.write_text(json.dumps(SIM_CELL))
-    run = verify(base_env, "--device", "cpu", "--cell-file", str(cell), "--stages", "environment", tmp=tmp_path)
+    run = fverify(base_env, "--device", "cpu", "--cell-file", str(cell), "--stages", "environment", tmp=tmp_path)
     assert run.returncode == 0, run.output
     assert run.stage("environment")["numbers"]["pinned_not_installed"] == ["torch-neuronx", "neuronx-cc", "nki"]
 
@@ -203,7 +205,7 @@ def test_a_python_without_torch_fails_environment_and_still_reports(base_env: di
     assert verify(env, "--stages", "warp", tmp=tmp_path).returncode == 2
 
 
-def test_bring_your_own_model(sim_env: dict[str, str], tmp_path: Path) -> None:
+def test_bring_your_own_model(sim_env: dict[str, str], tmp_path: Path, fverify: Verify) -> None:
     (tmp_path / "mymodels.py").write_text(
         "import torch\n"
         "def factory():\n"
@@ -214,7 +216,7 @@ def test_bring_your_own_model(sim_env: dict[str, str], tmp_path: Path) -> None:
     env = {**sim_env, "PYTHONPATH": f"{sim_env['PYTHONPATH']}:{tmp_path}"}
     # The model stage: a user's model through the fallback and compile stages (its fresh processes load --model too)
     # is test_faults.py's dict test.
-    run = verify(env, "--model", "mymodels:factory", "--stages", "environment,device,matmul,model", tmp=tmp_path)
+    run = fverify(env, "--model", "mymodels:factory", "--stages", "environment,device,matmul,model", tmp=tmp_path)
     assert run.returncode == 0, run.output
     model = run.stage("model")["numbers"]
     assert model["model"] == "mymodels:factory"
