@@ -43,6 +43,7 @@ class Run:
     output: str
     report: dict[str, Any]
     elapsed_s: float
+    left_behind: list[int] | None = None  # verify_together: processes of the run still alive after it exited
 
     def stage(self, name: str) -> dict[str, Any]:
         return next(s for s in self.report["stages"] if s["name"] == name)
@@ -146,6 +147,52 @@ def verify(env: dict[str, str], *args: str, tmp: Path, timeout: float = 120.0, f
     data = json.loads(report.read_text()) if report.exists() else {}
     print(output)
     return Run(proc.returncode, output, data, elapsed)
+
+
+def verify_together(jobs: dict[str, tuple[dict[str, str], tuple[str, ...], Path]], timeout: float) -> dict[str, Run]:
+    """Several scripts/verify-device.sh runs at once (runs that mostly wait: hangs, timeouts), each NAME: (env, args,
+    its own folder). Run.left_behind lists the processes still carrying the env variable NEURON_SMOKE_TEST_TAG_<NAME>
+    (when the env sets one) half a second after that run exited, as a test run one at a time would see them."""
+    started = {}
+    for name, (env, args, folder) in jobs.items():
+        out = (folder / "output.txt").open("w")
+        cmd = [str(VERIFY), "--report", str(folder / "report.json"), *args]
+        proc = subprocess.Popen(cmd, env=env, stdout=out, stderr=subprocess.STDOUT)
+        started[name] = (proc, out, time.monotonic())
+    runs: dict[str, Run] = {}
+    deadline = time.monotonic() + timeout
+    while len(runs) < len(started):
+        for name, (proc, out, start) in started.items():
+            if name in runs or proc.poll() is None:
+                continue
+            elapsed = time.monotonic() - start
+            out.close()
+            time.sleep(0.5)
+            tags = [k for k in jobs[name][0] if k.startswith("NEURON_SMOKE_TEST_TAG_")]
+            folder = jobs[name][2]
+            report = folder / "report.json"
+            data = json.loads(report.read_text()) if report.exists() else {}
+            output = (folder / "output.txt").read_text()
+            print(f"---- {name}\n{output}")
+            runs[name] = Run(proc.returncode, output, data, elapsed, [p for t in tags for p in processes_tagged(t)])
+        if time.monotonic() > deadline:
+            for proc, _, _ in started.values():
+                proc.kill()
+            raise subprocess.TimeoutExpired(sorted(set(started) - set(runs)), timeout)
+        time.sleep(0.2)
+    return runs
+
+
+def processes_tagged(tag: str) -> list[int]:
+    """The processes whose environment holds TAG (an env variable name set for one run)."""
+    found = []
+    for entry in os.listdir("/proc"):
+        try:
+            if entry.isdigit() and tag.encode() in Path(f"/proc/{entry}/environ").read_bytes():
+                found.append(int(entry))
+        except OSError:
+            continue
+    return found
 
 
 Verify = Callable[..., Run]

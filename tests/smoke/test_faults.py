@@ -7,15 +7,14 @@ NEURON_SIM_FAULT (tests/simdevice/site/neuron_sim.py)."""
 from __future__ import annotations
 
 import json
-import os
-import time
 import uuid
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
 import pytest
 
-from tests.smoke.conftest import Run, Verify, verify
+from tests.simdevice.environment import sim_environment
+from tests.smoke.conftest import Run, Verify, make_base_env, verify, verify_together
 from tests.smoke.forkserver import ForkServer
 
 SMALL = "--throughput-size=256"
@@ -115,12 +114,30 @@ def test_host_execution_fails_the_throughput_floor(attention_fallback_at_host_sp
     assert declared.stage("throughput")["numbers"]["percent_of_peak"] >= 10
 
 
-def test_gil_holding_hang_still_leaves_json_and_junit(sim_env: dict[str, str], tmp_path: Path) -> None:
-    junit = tmp_path / "junit.xml"
-    env = {**sim_env, "NEURON_SIM_INJECT": "gil_hang"}
+@pytest.fixture(scope="module")
+def waiting_runs(sim_library: Path, tmp_path_factory: pytest.TempPathFactory) -> tuple[dict[str, Run], Path]:
+    """The runs that mostly wait (a hung call, a hung rank under each launcher), run at once, each on its own
+    simulated device (folder, NeuronCores, compile cache), each started by the script as a user would."""
+    jobs = {}
     # Every stage gets the timeout: 12 s leaves the environment stage (pip check, cold imports in a fresh venv) room on
     # a loaded CI machine; the watchdog then ends the process 12 + hard_grace(12) = 24 s into the hung matmul.
-    run = verify(env, MATMUL, "--timeout", "12", "--junit", str(junit), tmp=tmp_path, timeout=120)
+    folder = tmp_path_factory.mktemp("gil-hang")
+    env = {**sim_environment(make_base_env(folder), folder), "NEURON_SIM_INJECT": "gil_hang"}
+    jobs["gil_hang"] = (env, (MATMUL, "--timeout", "12", "--junit", str(folder / "junit.xml")), folder)
+    # torchrun starts three fresh interpreters before rank 0 waits: 40 s (rank 0 gives up at most 28 s in) leaves
+    # them room on a loaded machine; the forked ranks start at once.
+    for launcher, timeout in (("torchrun", "40"), ("fork", "25")):
+        folder = tmp_path_factory.mktemp(f"rank-hang-{launcher}")
+        tag = f"NEURON_SMOKE_TEST_TAG_{uuid.uuid4().hex}"
+        env = {**sim_environment(make_base_env(folder), folder), "NEURON_SIM_INJECT": "rank_hang", tag: "1"}
+        args = ("--stages=environment,device,collectives", "--launcher", launcher, "--timeout", timeout)
+        jobs[f"rank_hang_{launcher}"] = (env, args, folder)
+    return verify_together(jobs, timeout=180), jobs["gil_hang"][2] / "junit.xml"
+
+
+def test_gil_holding_hang_still_leaves_json_and_junit(waiting_runs: tuple[dict[str, Run], Path]) -> None:
+    runs, junit = waiting_runs
+    run = runs["gil_hang"]
     assert run.returncode == 1
     matmul = run.stage("matmul")
     assert matmul["status"] == "fail" and matmul["hung"] is True
@@ -133,25 +150,11 @@ def test_gil_holding_hang_still_leaves_json_and_junit(sim_env: dict[str, str], t
     assert run.elapsed_s < 90
 
 
-def _processes_tagged(tag: str) -> list[int]:
-    found = []
-    for entry in os.listdir("/proc"):
-        try:
-            if entry.isdigit() and tag.encode() in Path(f"/proc/{entry}/environ").read_bytes():
-                found.append(int(entry))
-        except OSError:
-            continue
-    return found
-
-
 @pytest.mark.parametrize("launcher", ["torchrun", "fork"])
 def test_hung_rank_fails_collectives_and_every_rank_is_reaped(
-    sim_env: dict[str, str], tmp_path: Path, launcher: str
+    waiting_runs: tuple[dict[str, Run], Path], launcher: str
 ) -> None:
-    tag = f"NEURON_SMOKE_TEST_TAG_{uuid.uuid4().hex}"
-    env = {**sim_env, "NEURON_SIM_INJECT": "rank_hang", tag: "1"}
-    args = ("--stages=environment,device,collectives", "--launcher", launcher, "--timeout", "25")
-    run = verify(env, *args, tmp=tmp_path, timeout=120)
+    run = waiting_runs[0][f"rank_hang_{launcher}"]
     assert run.returncode == 1
     failure = run.stage("collectives")["failures"][0]
     # Rank 0 gives up at its own (shorter) collective timeout; rank 1, the one that hung, is named, not rank 0.
@@ -159,8 +162,7 @@ def test_hung_rank_fails_collectives_and_every_rank_is_reaped(
     assert "rank 0 did not answer" not in failure
     if launcher == "fork":  # still running at the deadline: killed by the launcher
         assert "ranks that did not answer by the deadline (killed): 1" in failure
-    time.sleep(0.5)
-    assert _processes_tagged(tag) == [], "every rank must be gone after the run"
+    assert run.left_behind == [], "every rank must be gone after the run"
 
 
 def _write_model(tmp_path: Path, body: str) -> None:
