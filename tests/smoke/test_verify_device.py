@@ -72,11 +72,13 @@ def test_sim_neuron_passes_every_stage(clean_sim_run: Run) -> None:
     _assert_collectives(run, "fork")
 
 
-def test_sim_neuron_collectives_pass_under_torchrun(sim_env: dict[str, str], cell_file: Path, tmp_path: Path) -> None:
+def test_sim_neuron_collectives_pass_under_torchrun(
+    sim_env: dict[str, str], cell_file: Path, tmp_path: Path, fverify: Verify
+) -> None:
     # The launcher changes only how the collectives stage starts its ranks (and the core split is made before either
     # starts): the stages it touches run here, every other stage of a clean run in test_sim_neuron_passes_every_stage.
     args = ("--cell-file", str(cell_file), "--stages=environment,device,collectives", "--expected-devices", "8")
-    run = verify(sim_env, *args, "--launcher", "torchrun", tmp=tmp_path, timeout=360)
+    run = fverify(sim_env, *args, "--launcher", "torchrun", tmp=tmp_path, timeout=360)
     assert run.returncode == 0, run.output
     statuses = {s["name"]: s["status"] for s in run.report["stages"]}
     assert {n for n, status in statuses.items() if status == "pass"} == {"environment", "device", "collectives"}
@@ -181,8 +183,10 @@ def test_cpu_tolerates_absent_neuron_packages_but_not_drift(
         (["--timeout", "0"], "must be > 0"),
     ],
 )
-def test_usage_errors_exit_2(base_env: dict[str, str], tmp_path: Path, args: list[str], message: str) -> None:
-    run = verify(base_env, "--device", "cpu", *args, tmp=tmp_path)
+def test_usage_errors_exit_2(
+    base_env: dict[str, str], tmp_path: Path, args: list[str], message: str, fverify: Verify
+) -> None:
+    run = fverify(base_env, "--device", "cpu", *args, tmp=tmp_path)
     assert run.returncode == 2
     assert message in run.output
 
