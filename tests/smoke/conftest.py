@@ -151,8 +151,8 @@ def verify(env: dict[str, str], *args: str, tmp: Path, timeout: float = 120.0, f
 
 def verify_together(jobs: dict[str, tuple[dict[str, str], tuple[str, ...], Path]], timeout: float) -> dict[str, Run]:
     """Several scripts/verify-device.sh runs at once (runs that mostly wait: hangs, timeouts), each NAME: (env, args,
-    its own folder). Run.left_behind lists the processes still carrying the env variable NEURON_SMOKE_TEST_TAG_<NAME>
-    (when the env sets one) half a second after that run exited, as a test run one at a time would see them."""
+    its own folder). When a run's env sets a variable named NEURON_SMOKE_TEST_TAG_<unique>, its Run.left_behind lists
+    the processes still carrying it half a second after that run exited, as a test running it alone would see them."""
     started = {}
     for name, (env, args, folder) in jobs.items():
         out = (folder / "output.txt").open("w")
