@@ -144,14 +144,19 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"verify-device: error: {exc}", file=sys.stderr)
         return EXIT_USAGE
     from neuron_smoke import cores
+    from neuron_smoke.evaluate.options import evaluation_requested
 
     # NeuronCores belong to one process: take this process's own before torch (and so torch_neuronx) is imported.
     cores.prepare_before_torch(options.device, options.nproc)
+    if "environment" in options.stages and not evaluation_requested(args):
+        from neuron_smoke import stage_environment
+
+        stage_environment.start_pip_check()  # beside `import torch`; the environment stage collects it
     try:
         import torch  # noqa: F401  (everything below needs it)
     except ImportError as exc:
         return _report_without_torch(options, args, exc)
-    from neuron_smoke.evaluate.options import evaluation_requested, run_evaluation
+    from neuron_smoke.evaluate.options import run_evaluation
     from neuron_smoke.suite import collectives_launcher
 
     if evaluation_requested(args):  # --record/--baseline/--shapes: the model evaluation instead of the stages

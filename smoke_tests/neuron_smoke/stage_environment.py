@@ -12,6 +12,24 @@ from neuron_smoke import cells, pins
 from neuron_smoke.context import Context, StageLog
 
 REPORTED = ("torch", "torch-neuronx", "neuronx-cc", "nki")
+PIP_CHECK = ("-m", "pip", "check")
+
+_started: subprocess.Popen[str] | None = None
+
+
+def start_pip_check() -> None:
+    """Start `pip check` now, in a process of its own, for this stage to collect: `python -m neuron_smoke` calls
+    this before it imports torch, so the check (about a second: a new interpreter importing pip) runs beside that
+    import instead of after it. The installed packages do not change in between."""
+    global _started
+    if _started is None:
+        _started = subprocess.Popen(
+            [sys.executable, *PIP_CHECK],
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
 
 
 def installed_version(dist: str) -> str | None:
@@ -89,18 +107,20 @@ def _check_pins(ctx: Context, log: StageLog, on_neuron: bool) -> None:
 
 
 def _pip_check(ctx: Context, log: StageLog) -> None:
+    global _started
+    proc, _started = _started, None
+    if proc is None:  # not started early (a caller running the stages itself)
+        start_pip_check()
+        proc, _started = _started, None
+    assert proc is not None
     try:
-        proc = subprocess.run(
-            [sys.executable, "-m", "pip", "check"],
-            capture_output=True,
-            text=True,
-            timeout=min(120.0, ctx.options.timeout_s),
-            check=False,
-        )
+        stdout, stderr = proc.communicate(timeout=min(120.0, ctx.options.timeout_s))
     except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.communicate()
         log.fail("pip check timed out")
         return
-    output = (proc.stdout + proc.stderr).strip()
+    output = (stdout + stderr).strip()
     if "No module named pip" in output:
         log.note("pip check not run: pip is not installed in this Python")
         log.numbers["pip_check"] = "not run"

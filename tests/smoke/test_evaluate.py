@@ -10,7 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.smoke.conftest import SIM_SITE, Run, verify
+from tests.smoke.conftest import SIM_SITE, Run, Verify, verify
+from tests.smoke.forkserver import ForkServer
 
 HERE = Path(__file__).resolve().parent
 MLP = "neuron_smoke.examples.mlp:factory"
@@ -23,28 +24,28 @@ def _env(env: dict[str, str], **extra: str) -> dict[str, str]:
     return {**env, "PYTHONPATH": f"{env.get('PYTHONPATH', SIM_SITE)}:{HERE}", **extra}
 
 
-def record(env: dict[str, str], tmp: Path, model: str = MLP, *args: str) -> Path:
+def record(env: dict[str, str], tmp: Path, model: str, forked: ForkServer, *args: str) -> Path:
     out = tmp / "baseline"
     run = verify(_env(env), "--device", "cpu", "--model", model, "--record", str(out), *FAST, *args, tmp=tmp,
-                 timeout=TIMEOUT)  # fmt: skip
+                 timeout=TIMEOUT, forked=forked)  # fmt: skip
     assert run.returncode == 0, run.output
     return out
 
 
-def compare(env: dict[str, str], tmp: Path, base: Path, model: str = MLP, *args: str) -> Run:
+def compare(env: dict[str, str], tmp: Path, base: Path, model: str, forked: ForkServer, *args: str) -> Run:
     report = tmp / "compare"
     return verify(env, "--device", "neuron", "--model", model, "--baseline", str(base), "--eval-report",
-                  str(report), *FAST, *args, tmp=tmp, timeout=TIMEOUT)  # fmt: skip
+                  str(report), *FAST, *args, tmp=tmp, timeout=TIMEOUT, forked=forked)  # fmt: skip
 
 
 @pytest.fixture(scope="module")
-def mlp_baseline(tmp_path_factory: pytest.TempPathFactory) -> Path:
+def mlp_baseline(tmp_path_factory: pytest.TempPathFactory, forkserver: ForkServer) -> Path:
     """One CPU baseline of the MLP for the whole module (as base_env, but module-scoped: recording costs a run)."""
     tmp = tmp_path_factory.mktemp("mlp")
     env = {k: v for k, v in os.environ.items() if not k.startswith(("NEURON_", "PYTHONPATH"))}
     env.update(NEURON_TORCH_PYTHON=sys.executable, NEURON_SMOKE_IMDS="0",
                NEURON_SMOKE_DEFAULT_CELL_FILE=str(tmp / "no-cell.json"))  # fmt: skip
-    return record(env, tmp, MLP, "--full-tensor-limit", "500")
+    return record(env, tmp, MLP, forkserver, "--full-tensor-limit", "500")
 
 
 def test_record_writes_a_portable_baseline(mlp_baseline: Path) -> None:
@@ -63,9 +64,10 @@ def test_record_writes_a_portable_baseline(mlp_baseline: Path) -> None:
     assert (mlp_baseline / "report.html").is_file()
 
 
-def test_compare_on_the_device_passes_and_renders_every_report(sim_env: dict[str, str], mlp_baseline: Path,
-                                                                tmp_path: Path) -> None:  # fmt: skip
-    run = compare(_env(sim_env), tmp_path, mlp_baseline, MLP, "--shapes", "4x32,8x32,4x32")
+def test_compare_on_the_device_passes_and_renders_every_report(
+    sim_env: dict[str, str], mlp_baseline: Path, tmp_path: Path, forkserver: ForkServer
+) -> None:
+    run = compare(_env(sim_env), tmp_path, mlp_baseline, MLP, forkserver, "--shapes", "4x32,8x32,4x32")
     assert run.returncode == 0, run.output
     data = json.loads((tmp_path / "compare" / "report.json").read_text())
     assert data["mode"] == "compare" and data["device"]["backend"] == "neuron"
@@ -92,11 +94,11 @@ def test_compare_on_the_device_passes_and_renders_every_report(sim_env: dict[str
 
 
 def test_an_error_injected_in_one_layer_is_named_there_and_nowhere_else(
-    sim_env: dict[str, str], mlp_baseline: Path, tmp_path: Path
+    sim_env: dict[str, str], mlp_baseline: Path, tmp_path: Path, forkserver: ForkServer
 ) -> None:
     layer = "fc2"  # a middle layer: fc1 and act1 before it stay clean, act2 and head after it inherit the error
     env = _env(sim_env, NEURON_EVAL_FAULT_LAYER=layer)
-    run = compare(env, tmp_path, mlp_baseline, FAULTY)
+    run = compare(env, tmp_path, mlp_baseline, FAULTY, forkserver)
     assert run.returncode == 1, run.output
     data = json.loads((tmp_path / "compare" / "report.json").read_text())
     for ref in ("baseline", "cpu"):
@@ -111,9 +113,9 @@ def test_an_error_injected_in_one_layer_is_named_there_and_nowhere_else(
 
 
 def test_wrong_matmul_on_the_device_starts_at_the_first_matmul(
-    sim_env: dict[str, str], mlp_baseline: Path, tmp_path: Path
+    sim_env: dict[str, str], mlp_baseline: Path, tmp_path: Path, forkserver: ForkServer
 ) -> None:
-    run = compare(_env(sim_env, NEURON_SIM_FAULT="wrong_matmul"), tmp_path, mlp_baseline)
+    run = compare(_env(sim_env, NEURON_SIM_FAULT="wrong_matmul"), tmp_path, mlp_baseline, MLP, forkserver)
     assert run.returncode == 1
     data = json.loads((tmp_path / "compare" / "report.json").read_text())
     assert [o["layer"] for o in data["origins"]["cpu"]] == ["fc1"]
@@ -121,9 +123,11 @@ def test_wrong_matmul_on_the_device_starts_at_the_first_matmul(
 
 
 def test_a_fallback_op_appears_under_the_module_that_calls_it(
-    sim_env: dict[str, str], mlp_baseline: Path, tmp_path: Path
+    sim_env: dict[str, str], mlp_baseline: Path, tmp_path: Path, forkserver: ForkServer
 ) -> None:
-    run = compare(_env(sim_env, NEURON_SIM_FALLBACK_OPS="aten::gelu,aten::relu"), tmp_path, mlp_baseline)
+    run = compare(
+        _env(sim_env, NEURON_SIM_FALLBACK_OPS="aten::gelu,aten::relu"), tmp_path, mlp_baseline, MLP, forkserver
+    )
     assert run.returncode == 0, run.output
     data = json.loads((tmp_path / "compare" / "report.json").read_text())
     fallback = data["readiness"]["fallback"]
@@ -135,14 +139,14 @@ def test_a_fallback_op_appears_under_the_module_that_calls_it(
 
 
 def test_a_baseline_of_another_model_or_input_is_refused(
-    base_env: dict[str, str], mlp_baseline: Path, tmp_path: Path
+    base_env: dict[str, str], mlp_baseline: Path, tmp_path: Path, fverify: Verify
 ) -> None:
-    other = verify(_env(base_env), "--device", "cpu", "--model", "neuron_smoke.models:default_factory",
+    other = fverify(_env(base_env), "--device", "cpu", "--model", "neuron_smoke.models:default_factory",
                    "--baseline", str(mlp_baseline), tmp=tmp_path)  # fmt: skip
     assert other.returncode == 2, other.output
     assert "recorded from a different model" in other.output and "Record a baseline of this model" in other.output
     assert not (tmp_path / "report.json").exists()  # nothing written
-    missing = verify(base_env, "--device", "cpu", "--model", MLP, "--baseline", str(tmp_path / "nope"), tmp=tmp_path)
+    missing = fverify(base_env, "--device", "cpu", "--model", MLP, "--baseline", str(tmp_path / "nope"), tmp=tmp_path)
     assert missing.returncode == 2 and "no index.json there" in missing.output
 
 
@@ -155,19 +159,19 @@ EXAMPLES = {
 
 @pytest.mark.parametrize("name", sorted(EXAMPLES))
 def test_example_models_record_on_cpu_and_compare_on_the_device(
-    name: str, base_env: dict[str, str], sim_env: dict[str, str], tmp_path: Path
+    name: str, base_env: dict[str, str], sim_env: dict[str, str], tmp_path: Path, forkserver: ForkServer
 ) -> None:
     """Each example: record on the CPU, compare on the device with a fault in one deep layer; that layer is named."""
     factory, layer = EXAMPLES[name]
     if name != "resnet":
         pytest.importorskip("transformers", reason="the transformer examples need the `eval` extra (transformers)")
-    base = record(base_env, tmp_path, factory)
+    base = record(base_env, tmp_path, factory, forkserver)
     index = json.loads((base / "index.json").read_text())
     assert index["model"]["parameters"] > 100_000 and len(index["inventory"]) > 20
     if name == "resnet":  # layer4's 512x512x3x3 convolutions are above the default limit: projected
         assert index["tensors"]["weight/layer4.1.conv2.weight"]["stored"] == "sketch"
     env = _env(sim_env, NEURON_EVAL_FAULT_MODEL=factory, NEURON_EVAL_FAULT_LAYER=layer)
-    run = compare(env, tmp_path, base, FAULTY)
+    run = compare(env, tmp_path, base, FAULTY, forkserver)
     assert run.returncode == 1, run.output
     data = json.loads((tmp_path / "compare" / "report.json").read_text())
     assert [o["layer"] for o in data["origins"]["cpu"]] == [layer]
@@ -175,13 +179,13 @@ def test_example_models_record_on_cpu_and_compare_on_the_device(
     assert {p.name for p in (tmp_path / "compare").iterdir()} >= {"report.json", "report.md", "report.html"}
 
 
-def test_usage_errors_and_a_missing_device(base_env: dict[str, str], tmp_path: Path) -> None:
-    both = verify(base_env, "--model", MLP, "--record", "a", "--baseline", "b", tmp=tmp_path)
+def test_usage_errors_and_a_missing_device(base_env: dict[str, str], tmp_path: Path, fverify: Verify) -> None:
+    both = fverify(base_env, "--model", MLP, "--record", "a", "--baseline", "b", tmp=tmp_path)
     assert both.returncode == 2 and "record a baseline first, then compare" in both.output
-    no_model = verify(base_env, "--device", "cpu", "--shapes", "1x8", tmp=tmp_path)
+    no_model = fverify(base_env, "--device", "cpu", "--shapes", "1x8", tmp=tmp_path)
     assert no_model.returncode == 2 and "need --model" in no_model.output
-    bad_shape = verify(base_env, "--device", "cpu", "--model", MLP, "--shapes", "8xx", tmp=tmp_path)
+    bad_shape = fverify(base_env, "--device", "cpu", "--model", MLP, "--shapes", "8xx", tmp=tmp_path)
     assert bad_shape.returncode == 2 and "is not a shape like 8x128" in bad_shape.output
-    missing = verify(base_env, "--device", "neuron", "--model", MLP, "--record", str(tmp_path / "b"), tmp=tmp_path)
+    missing = fverify(base_env, "--device", "neuron", "--model", MLP, "--record", str(tmp_path / "b"), tmp=tmp_path)
     assert missing.returncode == 3 and "cannot import torch_neuronx" in missing.output
     assert not (tmp_path / "b").exists() and not (tmp_path / "report.json").exists()

@@ -7,31 +7,28 @@ NEURON_SIM_FAULT (tests/simdevice/site/neuron_sim.py)."""
 from __future__ import annotations
 
 import json
-import os
-import time
 import uuid
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
 import pytest
 
-from tests.smoke.conftest import verify
+from tests.simdevice.environment import sim_environment
+from tests.smoke.conftest import Run, Verify, make_base_env, verify, verify_together
+from tests.smoke.forkserver import ForkServer
 
 SMALL = "--throughput-size=256"
-# The simulated device computes on the host; a clean run declares that (tiny) peak. Without it the documented
-# Trainium2 peak applies, and the host-speed device fails (test_host_execution_fails_the_throughput_floor).
-SIM_PEAK = "--peak-tflops=0.001"
 MATMUL = "--stages=environment,device,matmul"
 MODEL = "--stages=environment,device,matmul,model"
 
 
-def _failed_cases(run: object) -> list[str]:
-    cases = run.stage("matmul")["numbers"]["cases"]  # type: ignore[attr-defined]
+def _failed_cases(run: Run) -> list[str]:
+    cases = run.stage("matmul")["numbers"]["cases"]
     return sorted(label for label, c in cases.items() if not c["ok"])
 
 
-def test_bf16_addmm_error_fails_matmul_and_model(sim_env: dict[str, str], tmp_path: Path) -> None:
-    run = verify({**sim_env, "NEURON_SIM_INJECT": "bf16_addmm"}, MODEL, tmp=tmp_path)
+def test_bf16_addmm_error_fails_matmul_and_model(sim_env: dict[str, str], tmp_path: Path, fverify: Verify) -> None:
+    run = fverify({**sim_env, "NEURON_SIM_INJECT": "bf16_addmm"}, MODEL, tmp=tmp_path)
     assert run.returncode == 1
     assert _failed_cases(run) == ["bfloat16 addmm 257x511x129", "bfloat16 linear 128x4096x96"]
     model = run.stage("model")
@@ -40,8 +37,8 @@ def test_bf16_addmm_error_fails_matmul_and_model(sim_env: dict[str, str], tmp_pa
     assert "differ from the CPU reference beyond rtol" in model["failures"][0]
 
 
-def test_large_k_error_fails_matmul(sim_env: dict[str, str], tmp_path: Path) -> None:
-    run = verify({**sim_env, "NEURON_SIM_INJECT": "large_k"}, MATMUL, tmp=tmp_path)
+def test_large_k_error_fails_matmul(sim_env: dict[str, str], tmp_path: Path, fverify: Verify) -> None:
+    run = fverify({**sim_env, "NEURON_SIM_INJECT": "large_k"}, MATMUL, tmp=tmp_path)
     assert run.returncode == 1
     assert _failed_cases(run) == [
         "bfloat16 linear 128x4096x96",
@@ -52,16 +49,18 @@ def test_large_k_error_fails_matmul(sim_env: dict[str, str], tmp_path: Path) -> 
     assert "even the bfloat16-input bound" in " ".join(run.stage("matmul")["failures"])
 
 
-def test_float32_at_bf16_precision_passes_with_a_note_unless_strict(sim_env: dict[str, str], tmp_path: Path) -> None:
+def test_float32_at_bf16_precision_passes_with_a_note_unless_strict(
+    sim_env: dict[str, str], tmp_path: Path, fverify: Verify
+) -> None:
     env = {**sim_env, "NEURON_SIM_INJECT": "fp32_as_bf16"}
-    run = verify(env, MODEL, tmp=tmp_path)
+    run = fverify(env, MODEL, tmp=tmp_path)
     assert run.returncode == 0, run.output
     matmul = run.stage("matmul")
     assert matmul["numbers"]["float32_matmuls_computed_at"] == "bfloat16"
     assert any("--auto-cast matmult --auto-cast-type bf16" in n for n in matmul["notes"])
     assert run.stage("model")["numbers"]["runs"]["float32"]["bound_dtype"] == "bfloat16"
 
-    strict = verify(env, MODEL, "--strict-fp32", tmp=tmp_path)
+    strict = fverify(env, MODEL, "--strict-fp32", tmp=tmp_path)
     assert strict.returncode == 1
     failures = strict.stage("matmul")["failures"]
     assert failures and all("computed at bfloat16 input precision, not float32" in f for f in failures)
@@ -69,45 +68,76 @@ def test_float32_at_bf16_precision_passes_with_a_note_unless_strict(sim_env: dic
     assert strict.stage("model")["status"] == "fail"
 
 
-def test_attention_op_fallback_is_caught(sim_env: dict[str, str], tmp_path: Path) -> None:
-    env = {**sim_env, "NEURON_SIM_FALLBACK_OPS": "aten::_softmax,aten::bmm"}
-    run = verify(env, "--stages=environment,device,matmul,model,fallback", tmp=tmp_path)
+@pytest.fixture(scope="module")
+def attention_fallback_at_host_speed(module_sim_env: tuple[dict[str, str], Path], forkserver: ForkServer) -> Run:
+    """Two independent faults in one run (each is named by its own stage, and neither stage needs the other's):
+    softmax and bmm falling back to the CPU (the fallback stage), and a device computing at host speed against the
+    documented Trainium2 peak (the throughput stage, which needs only the matmul stage)."""
+    env, folder = module_sim_env
+    env = {**env, "NEURON_SIM_FALLBACK_OPS": "aten::_softmax,aten::bmm"}
+    stages = "--stages=environment,device,matmul,model,fallback,throughput"
+    return verify(env, stages, SMALL, tmp=folder, forked=forkserver)
+
+
+def test_attention_op_fallback_is_caught(attention_fallback_at_host_speed: Run) -> None:
+    run = attention_fallback_at_host_speed
     assert run.returncode == 1
     fallback = run.stage("fallback")
     assert fallback["numbers"]["disallowed"] == ["aten::_softmax", "aten::bmm"]
     assert "ops ran on the CPU: aten::_softmax, aten::bmm" in fallback["failures"][0]
+    assert run.stage("model")["status"] == "pass"  # computed right, on the CPU: only op tracking can tell
 
 
-def test_blind_fallback_tracking_fails(sim_env: dict[str, str], tmp_path: Path) -> None:
+def test_blind_fallback_tracking_fails(sim_env: dict[str, str], tmp_path: Path, fverify: Verify) -> None:
     env = {**sim_env, "NEURON_SIM_FAULT": "fallback", "NEURON_SIM_INJECT": "blind_tracking"}
-    run = verify(env, "--stages=environment,device,matmul,model,fallback", tmp=tmp_path)
+    run = fverify(env, "--stages=environment,device,matmul,model,fallback", tmp=tmp_path)
     assert run.returncode == 1
     fallback = run.stage("fallback")
     assert fallback["numbers"]["executed_op_calls"] == 0 and fallback["numbers"]["fallback_ops"] == {}
     assert "op tracking is blind" in fallback["failures"][0]
 
 
-def test_host_execution_fails_the_throughput_floor(sim_env: dict[str, str], tmp_path: Path) -> None:
-    stages = "--stages=environment,device,matmul,throughput"
-    run = verify(sim_env, stages, SMALL, tmp=tmp_path)
+def test_host_execution_fails_the_throughput_floor(attention_fallback_at_host_speed: Run, clean_sim_run: Run) -> None:
+    run = attention_fallback_at_host_speed
     assert run.returncode == 1
     throughput = run.stage("throughput")
+    assert throughput["status"] == "fail"
     assert throughput["numbers"]["peak_tflops"] == pytest.approx(667 / 4)
     assert throughput["numbers"]["percent_of_peak"] < 10
     assert "of the 166.75 TFLOP/s peak (Trainium2 per logical device" in throughput["failures"][0]
     assert "host speed" in throughput["failures"][0]
 
-    declared = verify(sim_env, stages, SMALL, SIM_PEAK, tmp=tmp_path)
+    declared = clean_sim_run  # the same device declaring its (tiny) peak with --peak-tflops, SMALL as above
     assert declared.returncode == 0, declared.output
+    assert declared.report["options"]["peak_tflops"] == 0.001
+    assert declared.report["options"]["throughput_size"] == 256
     assert declared.stage("throughput")["numbers"]["percent_of_peak"] >= 10
 
 
-def test_gil_holding_hang_still_leaves_json_and_junit(sim_env: dict[str, str], tmp_path: Path) -> None:
-    junit = tmp_path / "junit.xml"
-    env = {**sim_env, "NEURON_SIM_INJECT": "gil_hang"}
+@pytest.fixture(scope="module")
+def waiting_runs(sim_library: Path, tmp_path_factory: pytest.TempPathFactory) -> tuple[dict[str, Run], Path]:
+    """The runs that mostly wait (a hung call, a hung rank under each launcher), run at once, each on its own
+    simulated device (folder, NeuronCores, compile cache), each started by the script as a user would."""
+    jobs = {}
     # Every stage gets the timeout: 12 s leaves the environment stage (pip check, cold imports in a fresh venv) room on
     # a loaded CI machine; the watchdog then ends the process 12 + hard_grace(12) = 24 s into the hung matmul.
-    run = verify(env, MATMUL, "--timeout", "12", "--junit", str(junit), tmp=tmp_path, timeout=120)
+    folder = tmp_path_factory.mktemp("gil-hang")
+    env = {**sim_environment(make_base_env(folder), folder), "NEURON_SIM_INJECT": "gil_hang"}
+    jobs["gil_hang"] = (env, (MATMUL, "--timeout", "12", "--junit", str(folder / "junit.xml")), folder)
+    # torchrun starts three fresh interpreters before rank 0 waits: 40 s (rank 0 gives up at most 28 s in) leaves
+    # them room on a loaded machine; the forked ranks start at once.
+    for launcher, timeout in (("torchrun", "40"), ("fork", "25")):
+        folder = tmp_path_factory.mktemp(f"rank-hang-{launcher}")
+        tag = f"NEURON_SMOKE_TEST_TAG_{uuid.uuid4().hex}"
+        env = {**sim_environment(make_base_env(folder), folder), "NEURON_SIM_INJECT": "rank_hang", tag: "1"}
+        args = ("--stages=environment,device,collectives", "--launcher", launcher, "--timeout", timeout)
+        jobs[f"rank_hang_{launcher}"] = (env, args, folder)
+    return verify_together(jobs, timeout=180), jobs["gil_hang"][2] / "junit.xml"
+
+
+def test_gil_holding_hang_still_leaves_json_and_junit(waiting_runs: tuple[dict[str, Run], Path]) -> None:
+    runs, junit = waiting_runs
+    run = runs["gil_hang"]
     assert run.returncode == 1
     matmul = run.stage("matmul")
     assert matmul["status"] == "fail" and matmul["hung"] is True
@@ -120,25 +150,11 @@ def test_gil_holding_hang_still_leaves_json_and_junit(sim_env: dict[str, str], t
     assert run.elapsed_s < 90
 
 
-def _processes_tagged(tag: str) -> list[int]:
-    found = []
-    for entry in os.listdir("/proc"):
-        try:
-            if entry.isdigit() and tag.encode() in Path(f"/proc/{entry}/environ").read_bytes():
-                found.append(int(entry))
-        except OSError:
-            continue
-    return found
-
-
 @pytest.mark.parametrize("launcher", ["torchrun", "fork"])
 def test_hung_rank_fails_collectives_and_every_rank_is_reaped(
-    sim_env: dict[str, str], tmp_path: Path, launcher: str
+    waiting_runs: tuple[dict[str, Run], Path], launcher: str
 ) -> None:
-    tag = f"NEURON_SMOKE_TEST_TAG_{uuid.uuid4().hex}"
-    env = {**sim_env, "NEURON_SIM_INJECT": "rank_hang", tag: "1"}
-    args = ("--stages=environment,device,collectives", "--launcher", launcher, "--timeout", "25")
-    run = verify(env, *args, tmp=tmp_path, timeout=120)
+    run = waiting_runs[0][f"rank_hang_{launcher}"]
     assert run.returncode == 1
     failure = run.stage("collectives")["failures"][0]
     # Rank 0 gives up at its own (shorter) collective timeout; rank 1, the one that hung, is named, not rank 0.
@@ -146,8 +162,7 @@ def test_hung_rank_fails_collectives_and_every_rank_is_reaped(
     assert "rank 0 did not answer" not in failure
     if launcher == "fork":  # still running at the deadline: killed by the launcher
         assert "ranks that did not answer by the deadline (killed): 1" in failure
-    time.sleep(0.5)
-    assert _processes_tagged(tag) == [], "every rank must be gone after the run"
+    assert run.left_behind == [], "every rank must be gone after the run"
 
 
 def _write_model(tmp_path: Path, body: str) -> None:
@@ -173,9 +188,11 @@ def bf16():
 
 
 @pytest.mark.parametrize("factory", ["encoder", "bf16"])
-def test_healthy_models_with_dropout_and_in_bf16_pass(sim_env: dict[str, str], tmp_path: Path, factory: str) -> None:
+def test_healthy_models_with_dropout_and_in_bf16_pass(
+    sim_env: dict[str, str], tmp_path: Path, factory: str, fverify: Verify
+) -> None:
     _write_model(tmp_path, ENCODER)
-    run = verify(_with_models(sim_env, tmp_path), "--model", f"mymodels:{factory}", MODEL, tmp=tmp_path)
+    run = fverify(_with_models(sim_env, tmp_path), "--model", f"mymodels:{factory}", MODEL, tmp=tmp_path)
     assert run.returncode == 0, run.output
     model = run.stage("model")
     assert any("dropout disabled (8 module(s) had dropout)" in n for n in model["notes"])
@@ -203,28 +220,30 @@ def broken():
 
 
 def test_dict_inputs_and_outputs_work_and_a_broken_contract_is_a_usage_error(
-    sim_env: dict[str, str], tmp_path: Path
+    sim_env: dict[str, str], tmp_path: Path, fverify: Verify
 ) -> None:
     _write_model(tmp_path, DICTS)
     env = _with_models(sim_env, tmp_path)
-    run = verify(env, "--model", "mymodels:dicts", "--stages=environment,device,matmul,model,fallback,compile",
+    run = fverify(env, "--model", "mymodels:dicts", "--stages=environment,device,matmul,model,fallback,compile",
                  tmp=tmp_path)  # fmt: skip
     assert run.returncode == 0, run.output
     assert run.stage("model")["numbers"]["runs"]["float32"]["compared"] == 2 + 1 + 4 + 4
+    # A user's model through every model-driven stage (test_bring_your_own_model checks the model stage only).
+    assert run.stage("fallback")["status"] == "pass" and run.stage("compile")["status"] == "pass"
 
-    broken = verify(env, "--model", "mymodels:broken", tmp=tmp_path)
+    broken = fverify(env, "--model", "mymodels:broken", tmp=tmp_path)
     assert broken.returncode == 2
     assert "inputs is a str" in broken.output and "a factory takes no arguments and returns" in broken.output
 
 
-def test_help_states_the_model_contract(base_env: dict[str, str], tmp_path: Path) -> None:
-    run = verify(base_env, "--help", tmp=tmp_path)
+def test_help_states_the_model_contract(base_env: dict[str, str], tmp_path: Path, fverify: Verify) -> None:
+    run = fverify(base_env, "--help", tmp=tmp_path)
     assert run.returncode == 0
     assert "a factory takes no arguments and returns (model, inputs)" in " ".join(run.output.split())
 
 
 def test_unrelated_pip_check_problem_fails_the_run_but_device_stages_run(
-    base_env: dict[str, str], tmp_path: Path
+    base_env: dict[str, str], tmp_path: Path, fverify: Verify
 ) -> None:
     site = tmp_path / "site"
     info = site / "unrelated_pkg-1.0.dist-info"
@@ -233,7 +252,7 @@ def test_unrelated_pip_check_problem_fails_the_run_but_device_stages_run(
         "Metadata-Version: 2.1\nName: unrelated-pkg\nVersion: 1.0\nRequires-Dist: absent-dep\n"
     )
     env = {**base_env, "PYTHONPATH": str(site)}
-    run = verify(env, "--device", "cpu", MATMUL, tmp=tmp_path)
+    run = fverify(env, "--device", "cpu", MATMUL, tmp=tmp_path)
     assert run.returncode == 1
     environment = run.stage("environment")
     assert environment["status"] == "fail" and environment["blocking"] is False
@@ -241,19 +260,21 @@ def test_unrelated_pip_check_problem_fails_the_run_but_device_stages_run(
     assert run.stage("matmul")["status"] == "pass"
 
 
-def test_auto_never_picks_the_cpu_where_neuron_device_files_exist(base_env: dict[str, str], tmp_path: Path) -> None:
+def test_auto_never_picks_the_cpu_where_neuron_device_files_exist(
+    base_env: dict[str, str], tmp_path: Path, fverify: Verify
+) -> None:
     dev = tmp_path / "dev"
     dev.mkdir()
     (dev / "neuron0").touch()
     env = {**base_env, "NEURON_SMOKE_DEV_GLOB": str(dev / "neuron*")}
-    run = verify(env, "--device", "auto", "--stages=environment", tmp=tmp_path)
+    run = fverify(env, "--device", "auto", "--stages=environment", tmp=tmp_path)
     assert run.returncode == 1
     assert run.report["device"]["backend"] == "neuron"
     assert "torch-neuronx is not installed (required on neuron)" in run.stage("environment")["failures"]
 
 
-def test_reports_are_written_as_stages_finish(base_env: dict[str, str], tmp_path: Path) -> None:
-    run = verify(base_env, "--device", "cpu", "--stages=environment,device", tmp=tmp_path)
+def test_reports_are_written_as_stages_finish(base_env: dict[str, str], tmp_path: Path, fverify: Verify) -> None:
+    run = fverify(base_env, "--device", "cpu", "--stages=environment,device", tmp=tmp_path)
     assert run.returncode == 0
     assert not list(tmp_path.glob(".report.json.*.tmp")), "no half-written file is left behind"
     assert json.loads((tmp_path / "report.json").read_text())["summary"] == {"pass": 2, "fail": 0, "skip": 7}

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from neuron_smoke import collective_worker, launchers
 
-from tests.smoke.conftest import verify
+from tests.smoke.conftest import Verify
 
 
 def _job(tmp_path: Path, process_group: str = "gloo") -> launchers.RankJob:
@@ -74,8 +74,8 @@ def test_an_unused_launcher_exits_when_closed() -> None:
     assert _gone(launcher.pid)
 
 
-def test_torchrun_launcher_end_to_end(base_env: dict[str, str], tmp_path: Path) -> None:
-    run = verify(base_env, "--device", "cpu", "--stages", "environment,device,collectives", "--launcher", "torchrun",
+def test_torchrun_launcher_end_to_end(base_env: dict[str, str], tmp_path: Path, fverify: Verify) -> None:
+    run = fverify(base_env, "--device", "cpu", "--stages", "environment,device,collectives", "--launcher", "torchrun",
                  tmp=tmp_path)  # fmt: skip
     assert run.returncode == 0, run.output
     collectives = run.stage("collectives")["numbers"]

@@ -9,30 +9,40 @@ import stat
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
 from neuron_smoke import cores
 from neuron_smoke.errors import UsageError
 
-from tests.smoke.conftest import REPO, verify
+from tests.smoke.conftest import REPO, Verify
+from tests.smoke.forkserver import ForkServer
 
 DEVICE_ONLY = "--stages=environment,device"
 
 
-def sim_python(env: dict[str, str], code: str, timeout: float = 120.0) -> subprocess.CompletedProcess[str]:
-    """Runs `code` with the simulated device importable; warnings always shown."""
+SimPython = Callable[..., subprocess.CompletedProcess[str]]
+
+
+@pytest.fixture
+def sim_python(forkserver: ForkServer) -> SimPython:
+    """Runs `code` in a fresh process (forked after `import torch`) with the simulated device importable; warnings
+    always shown."""
     prelude = "import warnings; warnings.simplefilter('always'); import torch, torch_neuronx\n"
-    return subprocess.run(
-        [sys.executable, "-c", prelude + code], env=env, capture_output=True, text=True, timeout=timeout, check=False
-    )
+
+    def run(env: dict[str, str], code: str, timeout: float = 120.0) -> subprocess.CompletedProcess[str]:
+        return forkserver.run(env, prelude + code, timeout)
+
+    return run
 
 
 # ---- the simulated device's rules ----
 
 
-def test_cores_belong_to_one_process_and_a_forked_child_must_ask_again(sim_env: dict[str, str]) -> None:
+def test_cores_belong_to_one_process_and_a_forked_child_must_ask_again(
+    sim_env: dict[str, str], sim_python: SimPython
+) -> None:
     code = (
         "import os\n"
         "x = torch.ones(1, device='neuron')\n"
@@ -57,7 +67,7 @@ def test_cores_belong_to_one_process_and_a_forked_child_must_ask_again(sim_env: 
     assert "child got the cores" not in proc.stdout
 
 
-def test_visible_cores_select_and_separate_processes(sim_env: dict[str, str]) -> None:
+def test_visible_cores_select_and_separate_processes(sim_env: dict[str, str], sim_python: SimPython) -> None:
     holder = subprocess.Popen(
         [sys.executable, "-c", "import torch, torch_neuronx, sys; torch.ones(1, device='neuron'); print('held', "
          "flush=True); sys.stdin.read()"],
@@ -82,7 +92,7 @@ def test_visible_cores_select_and_separate_processes(sim_env: dict[str, str]) ->
 
 
 def test_first_use_compiles_once_and_a_second_process_loads_from_the_cache(
-    sim_env: dict[str, str], tmp_path: Path
+    sim_env: dict[str, str], tmp_path: Path, sim_python: SimPython
 ) -> None:
     code = (
         "import time\n"
@@ -102,7 +112,7 @@ def test_first_use_compiles_once_and_a_second_process_loads_from_the_cache(
     assert len(list((tmp_path / "neff-cache").glob("eager-*.neff"))) == misses
 
 
-def test_fallback_compile_and_float64_rules(sim_env: dict[str, str]) -> None:
+def test_fallback_compile_and_float64_rules(sim_env: dict[str, str], sim_python: SimPython) -> None:
     code = (
         "a = torch.randn(4, 4).to('neuron')\n"
         "q, r = torch.linalg.qr(a)\n"
@@ -138,7 +148,7 @@ def test_fallback_compile_and_float64_rules(sim_env: dict[str, str]) -> None:
     assert "float64 kept True" in off.stdout and "fallback []" in off.stdout
 
 
-def test_convolutions_run_on_the_device_like_every_other_op(sim_env: dict[str, str]) -> None:
+def test_convolutions_run_on_the_device_like_every_other_op(sim_env: dict[str, str], sim_python: SimPython) -> None:
     """convolution_overrideable and its backward (what PrivateUse1 convolutions dispatch to) are the device's:
     results equal the CPU's, the ops are tracked, compiled on first use, and can be made to fall back."""
     code = (
@@ -173,8 +183,10 @@ def test_convolutions_run_on_the_device_like_every_other_op(sim_env: dict[str, s
 # ---- verify-device on those rules ----
 
 
-def test_too_few_cores_for_ranks_beside_this_process_skips_collectives(sim_env: dict[str, str], tmp_path: Path) -> None:
-    run = verify({**sim_env, "NEURON_RT_VISIBLE_CORES": "4-5"}, "--stages=environment,device,collectives",
+def test_too_few_cores_for_ranks_beside_this_process_skips_collectives(
+    sim_env: dict[str, str], tmp_path: Path, fverify: Verify
+) -> None:
+    run = fverify({**sim_env, "NEURON_RT_VISIBLE_CORES": "4-5"}, "--stages=environment,device,collectives",
                  tmp=tmp_path)  # fmt: skip
     assert run.returncode == 0, run.output
     assert run.stage("collectives")["status"] == "skip"
@@ -199,11 +211,11 @@ def first_run(sim_env: dict[str, str], tmp_path: Path) -> Iterator[subprocess.Po
 
 
 def test_a_second_concurrent_run_fails_at_the_device_stage_naming_the_holder(
-    first_run: subprocess.Popen[str], sim_env: dict[str, str], tmp_path: Path
+    first_run: subprocess.Popen[str], sim_env: dict[str, str], tmp_path: Path, fverify: Verify
 ) -> None:
     second = tmp_path / "second"
     second.mkdir()
-    run = verify(sim_env, "--stages=environment,device,matmul", tmp=second, timeout=120)
+    run = fverify(sim_env, "--stages=environment,device,matmul", tmp=second, timeout=120)
     assert run.returncode == 1
     device = run.stage("device")
     assert device["status"] == "fail"
@@ -217,10 +229,10 @@ def test_a_second_concurrent_run_fails_at_the_device_stage_naming_the_holder(
 
 @pytest.mark.parametrize(("container", "passes"), [("1", True), ("0", False)])
 def test_instance_count_only_when_the_whole_instance_is_visible(
-    sim_env: dict[str, str], tmp_path: Path, container: str, passes: bool
+    sim_env: dict[str, str], tmp_path: Path, container: str, passes: bool, fverify: Verify
 ) -> None:
     env = {**sim_env, "NEURON_SMOKE_CONTAINER": container}
-    run = verify(env, DEVICE_ONLY, "--instance-type", "trn2.48xlarge", tmp=tmp_path)
+    run = fverify(env, DEVICE_ONLY, "--instance-type", "trn2.48xlarge", tmp=tmp_path)
     device = run.stage("device")
     assert device["numbers"]["instance_device_count"] == 64 and device["numbers"]["visible_cores"] == 8
     if passes:
@@ -286,9 +298,9 @@ def test_core_plan(monkeypatch: pytest.MonkeyPatch) -> None:
         cores.plan(node_count=16, nproc=2)
 
 
-def test_a_bad_core_setting_fails_the_device_stage(sim_env: dict[str, str], tmp_path: Path) -> None:
+def test_a_bad_core_setting_fails_the_device_stage(sim_env: dict[str, str], tmp_path: Path, fverify: Verify) -> None:
     start = time.monotonic()
-    run = verify({**sim_env, "NEURON_RT_VISIBLE_CORES": "two"}, DEVICE_ONLY, tmp=tmp_path)
+    run = fverify({**sim_env, "NEURON_RT_VISIBLE_CORES": "two"}, DEVICE_ONLY, tmp=tmp_path)
     assert run.returncode == 1 and time.monotonic() - start < 60
     assert run.stage("device")["failures"] == [
         "NEURON_RT_VISIBLE_CORES='two' is not a core list such as 0, 0-3 or 0,2-3"
