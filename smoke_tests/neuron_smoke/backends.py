@@ -24,7 +24,7 @@ class Backend:
     tracks_fallback: bool = False
     dev_glob: str | None = None
     dev_glob_env: str | None = None
-    throughput_dtype: torch.dtype = torch.bfloat16
+    throughput_dtype: str = "bfloat16"  # a torch dtype's name: read when the stage runs, not at import
     throughput_size: int = 4096
     # Logical devices per instance type, for the device-count check.
     devices_per_instance: dict[str, int] = field(default_factory=dict)
@@ -140,7 +140,7 @@ CPU = Backend(
     device_type="cpu",
     compile_backend="aot_eager_default_partitioner",
     process_group="gloo",
-    throughput_dtype=torch.float32,
+    throughput_dtype="float32",
     throughput_size=1024,
 )
 

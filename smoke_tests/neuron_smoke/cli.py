@@ -7,6 +7,7 @@ import os
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from neuron_smoke import EXIT_USAGE, output
 from neuron_smoke.context import STAGE_NAMES, Options
@@ -14,6 +15,9 @@ from neuron_smoke.errors import UsageError
 from neuron_smoke.launchers import LAUNCHERS, Launcher
 from neuron_smoke.model_contract import CONTRACT
 from neuron_smoke.results import Report
+
+if TYPE_CHECKING:
+    from neuron_smoke.models import ModelSpec
 
 EPILOG = (
     """exit codes: 0 all checks passed (skips allowed), 1 a check failed (or timed out),
@@ -165,6 +169,16 @@ def main(argv: Sequence[str] | None = None) -> int:
         return _run(options, args, launcher)
 
 
+def _load_model(name: str | None) -> ModelSpec | None:
+    """The model the model stages run, or None when this torch cannot even load the harness's model code (a torch
+    without torch.nn): those stages then fail naming the import, and the others still run and report."""
+    try:
+        from neuron_smoke import models
+    except ImportError:
+        return None
+    return models.load(name)
+
+
 def _report_without_torch(options: Options, args: argparse.Namespace, error: ImportError) -> int:
     from neuron_smoke import torchless
 
@@ -185,17 +199,18 @@ def _write(report: Report, args: argparse.Namespace) -> None:
 
 
 def _run(options: Options, args: argparse.Namespace, launcher: Launcher | None) -> int:
-    from neuron_smoke import models
-
-    try:
-        spec = models.load(options.model)
-    except UsageError as exc:
-        print(f"verify-device: error: {exc}", file=sys.stderr)
-        return EXIT_USAGE
     import torch
 
     from neuron_smoke.backends import resolve
-    from neuron_smoke.suite import run_suite
+    from neuron_smoke.suite import MODEL_STAGES, run_suite
+
+    spec = None
+    if MODEL_STAGES.intersection(options.stages):  # only those stages read the model: load it only for them
+        try:
+            spec = _load_model(options.model)
+        except UsageError as exc:
+            print(f"verify-device: error: {exc}", file=sys.stderr)
+            return EXIT_USAGE
 
     output.print_header(options.device, resolve(options.device).name, torch.__version__)
     report = run_suite(options, spec, output.print_stage, launcher, lambda partial: _write(partial, args))

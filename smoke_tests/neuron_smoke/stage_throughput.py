@@ -31,7 +31,7 @@ def peak_tflops(ctx: Context, name: str, dtype: torch.dtype) -> tuple[float | No
 
 def run(ctx: Context, log: StageLog) -> None:
     n = ctx.options.throughput_size or ctx.backend.throughput_size
-    dtype = ctx.backend.throughput_dtype
+    dtype: torch.dtype = getattr(torch, ctx.backend.throughput_dtype)
     gen = torch.Generator().manual_seed(7)
     a = torch.randn(n, n, generator=gen).to(dtype).to(ctx.device)
     b = torch.randn(n, n, generator=gen).to(dtype).to(ctx.device)

@@ -3,51 +3,55 @@
 from __future__ import annotations
 
 import datetime
+import importlib
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import asdict
+from typing import TYPE_CHECKING
 
 import torch
 
-from neuron_smoke import (
-    EXIT_CHECK_FAILED,
-    EXIT_DEVICE_MISSING,
-    EXIT_OK,
-    cores,
-    launchers,
-    stage_collectives,
-    stage_compile,
-    stage_device,
-    stage_dtype,
-    stage_environment,
-    stage_fallback,
-    stage_matmul,
-    stage_model,
-    stage_throughput,
-)
+from neuron_smoke import EXIT_CHECK_FAILED, EXIT_DEVICE_MISSING, EXIT_OK, cores, launchers
 from neuron_smoke.backends import NEURON, resolve
-from neuron_smoke.context import Context, Options
+from neuron_smoke.context import Context, Options, StageLog
 from neuron_smoke.host import host_facts
 from neuron_smoke.launchers import Launcher
-from neuron_smoke.models import ModelSpec
 from neuron_smoke.results import FAIL, SCHEMA, STAGE_TITLES, Report, StageResult
 from neuron_smoke.runner import Stage, hard_grace, run_all
 
+if TYPE_CHECKING:
+    from neuron_smoke.models import ModelSpec
+
 COMPUTE = ("environment", "device")
 
+# The stages that read the model (ctx.shared["model_spec"]): the model is loaded only when one of them is selected.
+MODEL_STAGES = frozenset({"model", "fallback", "compile"})
+
+
+def _stage(name: str) -> Callable[[Context, StageLog], None]:
+    """Stage `name`'s run(), its module imported when the stage starts, not when this module loads: a torch that
+    imports but lacks torch.nn or torch.distributed (a broken install) still gets the stages it can run and a report,
+    and the stages it cannot run fail naming the import that failed."""
+
+    def run(ctx: Context, log: StageLog) -> None:
+        importlib.import_module(f"neuron_smoke.stage_{name}").run(ctx, log)
+
+    return run
+
+
 STAGES = [
-    Stage(name, STAGE_TITLES[name], run, requires)
-    for name, run, requires in (
-        ("environment", stage_environment.run, ()),
-        ("device", stage_device.run, ()),
-        ("matmul", stage_matmul.run, COMPUTE),
-        ("model", stage_model.run, COMPUTE),
-        ("fallback", stage_fallback.run, ("matmul", "model")),
-        ("compile", stage_compile.run, ("model",)),
-        ("dtype", stage_dtype.run, COMPUTE),
-        ("collectives", stage_collectives.run, COMPUTE),
-        ("throughput", stage_throughput.run, ("matmul",)),
+    Stage(name, STAGE_TITLES[name], _stage(name), requires)
+    for name, requires in (
+        ("environment", ()),
+        ("device", ()),
+        ("matmul", COMPUTE),
+        ("model", COMPUTE),
+        ("fallback", ("matmul", "model")),
+        ("compile", ("model",)),
+        ("dtype", COMPUTE),
+        ("collectives", COMPUTE),
+        ("throughput", ("matmul",)),
     )
 ]
 
@@ -63,7 +67,10 @@ def collectives_launcher(options: Options) -> Iterator[Launcher | None]:
     """The collectives launcher, when that stage is selected, closed on exit. Enter it before loading the model or
     touching a device: the fork launcher must be forked while this process is still single-threaded and device-free,
     and on neuron this process restricts itself to its own NeuronCore here, leaving the others to the ranks."""
-    launcher = launchers.start(options.launcher) if "collectives" in options.stages else None
+    try:
+        launcher = launchers.start(options.launcher) if "collectives" in options.stages else None
+    except ImportError:  # a torch without torch.distributed: the collectives stage fails naming the import
+        launcher = None
     if resolve(options.device).name == "neuron":
         # NeuronCores belong to one process: split them between this process and the ranks first (see cores.py).
         cores.prepare(len(NEURON.device_nodes() or []), options.nproc)
@@ -76,7 +83,7 @@ def collectives_launcher(options: Options) -> Iterator[Launcher | None]:
 
 def run_suite(
     options: Options,
-    spec: ModelSpec,
+    spec: ModelSpec | None,
     on_result: Callable[[StageResult], None],
     launcher: Launcher | None = None,
     on_progress: Callable[[Report], None] | None = None,
@@ -110,7 +117,7 @@ def provisional(report: Report, done: list[StageResult], running: Stage | None, 
 
 def _run(
     options: Options,
-    spec: ModelSpec,
+    spec: ModelSpec | None,
     on_result: Callable[[StageResult], None],
     launcher: Launcher | None,
     on_progress: Callable[[Report], None] | None = None,

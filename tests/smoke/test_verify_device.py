@@ -209,6 +209,29 @@ def test_a_python_without_torch_fails_environment_and_still_reports(base_env: di
     assert verify(env, "--stages", "warp", tmp=tmp_path).returncode == 2
 
 
+def test_a_torch_that_imports_but_is_broken_still_runs_what_it_can_and_reports(
+    base_env: dict[str, str], tmp_path: Path
+) -> None:
+    # A torch whose package imports but holds nothing else (no torch.nn, torch.distributed or dtypes: a broken
+    # install, or the test hosts' fixture torch): the selected stages that need none of it run, the others fail
+    # naming what is missing, and the report is written. No stage module may be imported before its stage runs.
+    broken = tmp_path / "broken-torch" / "torch"
+    broken.mkdir(parents=True)
+    (broken / "__init__.py").write_text('__version__ = "2.13.0+cpu"\n')
+    env = {**base_env, "PYTHONPATH": str(broken.parent)}
+    only = verify(env, "--device", "cpu", "--stages", "environment", tmp=tmp_path)
+    assert only.returncode == 0 and "Traceback" not in only.output, only.output
+    assert only.stage("environment")["status"] == "pass"
+    assert "torch 2.13.0+cpu" in only.output
+    whole = verify(env, "--device", "cpu", tmp=tmp_path)
+    assert whole.returncode == 1 and "Traceback" not in whole.output, whole.output
+    assert [s["name"] for s in whole.report["stages"]] == STAGES
+    assert whole.stage("environment")["status"] == "pass"
+    device = whole.stage("device")
+    assert device["status"] == "fail" and "torch" in device["failures"][0], device
+    assert {s["status"] for s in whole.report["stages"][2:]} == {"skip"}
+
+
 def test_bring_your_own_model(sim_env: dict[str, str], tmp_path: Path, fverify: Verify) -> None:
     (tmp_path / "mymodels.py").write_text(
         "import torch\n"
