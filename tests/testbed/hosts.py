@@ -13,6 +13,8 @@ host in tests/test_fleet.py), and where each comes from:
 - a login user `ubuntu` (uid 1000, the twin's) with passwordless sudo through /etc/sudoers.d/90-cloud-init-users:
   Canonical's AMIs log in as `ubuntu` with passwordless sudo (section 13; the file name is cloud-init's).
 - python3 installed, python3-venv not: cloud-init, which the AMIs run, is a Python 3 program.
+- apt's package lists kept (an AMI is captured with the lists of its build; a container image is not): python_env
+  installs the distro's python3.X-venv without refreshing them, after neuron_repo refreshed the Neuron source only.
 - gpg installed: Canonical's server cloud images carry it (software-properties-common, which they install, depends
   on it); neuron_repo reads the Neuron key with `gpg --show-keys` and fails without it (found by the converge here;
   the twin container base has none). Not yet an [ami] trait in traits.toml; an AMI's package manifest is the check.
@@ -82,7 +84,7 @@ DOCKERFILE = """\
 FROM {base}
 RUN apt-get update \\
  && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends {packages} \\
- && rm -rf /var/lib/apt/lists/* /etc/ssh/ssh_host_* \\
+ && rm -rf /etc/ssh/ssh_host_* \\
  && (id -u {user} >/dev/null 2>&1 || useradd --create-home --uid {uid} --shell /bin/bash {user}) \\
  && printf '{user} ALL=(ALL) NOPASSWD:ALL\\n' >{sudoers} && chmod 0440 {sudoers} \\
  && for p in {kernel_packages}; do mkdir -p /tmp/$p/DEBIAN \\
