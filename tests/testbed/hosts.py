@@ -2,9 +2,9 @@
 
 `python -m tests.testbed.hosts up NAME... [--dir DIR] [--prefix P]` starts hosts (containers P-NAME; remove them
 with `docker rm -f`) and writes an inventory and known_hosts under DIR; the tests use `Fleet` directly. Every host
-is one container of one shared host image (`neuron-torch-host:<base tag>`, built once from a base image, cached by
-content), so starting eight costs eight `docker run`s, not eight builds. The base is the Ubuntu 24.04 twin
-(`TWIN`, traits.toml [twins]): a host starts where a Canonical Ubuntu AMI's instance starts.
+is one container of one shared host image (`neuron-torch-host:<base tag>`, built once from a base image, keyed by
+the base and the rendered Dockerfile), so starting eight costs eight `docker run`s, not eight builds. The base is
+the Ubuntu 24.04 twin (`TWIN`, traits.toml [twins]): a host starts where a Canonical Ubuntu AMI's instance starts.
 
 What a host imitates: every [ami] trait of traits.toml (tests/testbed/ami_traits.py reads them back from a fresh
 host in tests/test_fleet.py), and where each comes from:
@@ -97,7 +97,6 @@ RUN apt-get update \\
       systemd-udevd-kernel.socket systemd-remount-fs.service systemd-firstboot.service tmp.mount \\
  && mkdir -p /etc/cloud/cloud.cfg.d && rm -rf {cloud} && : >/etc/machine-id && rm -f /var/lib/dbus/machine-id \\
  && sed -i 's/^PRETTY_NAME=.*/PRETTY_NAME="Ubuntu {version} LTS"/' /usr/lib/os-release
-LABEL {label}={stage_key}
 STOPSIGNAL SIGRTMIN+3
 CMD ["/sbin/init"]
 """
@@ -148,15 +147,17 @@ def build_host_image(base: str = DEFAULT_BASE) -> str:
     base_id = docker("image", "inspect", "--format", "{{.Id}}", base, check=False)
     if base_id.returncode != 0:
         raise HostError(f"the base image {base} is missing: run scripts/testbed.sh build")
-    stage_key = key(base_id.stdout.decode().strip(), HOST_PACKAGES, DOCKERFILE, code=["hosts.py"])
-    current = docker("image", "inspect", "--format", f'{{{{index .Config.Labels "{KEY_LABEL}"}}}}', image, check=False)
-    if current.returncode == 0 and current.stdout.decode().strip() == stage_key:
-        return image
     dockerfile = DOCKERFILE.format(
         base=base, packages=" ".join(HOST_PACKAGES), kernel_packages=" ".join(KERNEL_PACKAGES),
         user=USER, uid=UID, sudoers=SUDOERS, cloud=CLOUD, version=traits()["twins"][TWIN]["version"],
-        label=KEY_LABEL, stage_key=stage_key,
     )  # fmt: skip
+    # Keyed by the base and the Dockerfile as rendered (everything the image is made of), not by this module's code:
+    # a change to the inventory or the start of a host does not rebuild the image.
+    stage_key = key(base_id.stdout.decode().strip(), dockerfile)
+    current = docker("image", "inspect", "--format", f'{{{{index .Config.Labels "{KEY_LABEL}"}}}}', image, check=False)
+    if current.returncode == 0 and current.stdout.decode().strip() == stage_key:
+        return image
+    dockerfile += f"LABEL {KEY_LABEL}={stage_key}\n"
     subprocess.run(
         [DOCKER, "build", "--network=host", "--quiet", "--tag", image, "-"],
         input=dockerfile.encode(),
@@ -320,6 +321,11 @@ class Fleet:
                     "ansible_user": USER,
                     "ansible_ssh_private_key_file": str(self.identity),
                     "ansible_ssh_common_args": common,
+                    # One SSH connection per host for the whole run and the runs that follow within two minutes
+                    # (ControlPersist), modules piped through it (pipelining): no compression, the hosts are on the
+                    # loopback, where it only costs CPU.
+                    "ansible_ssh_args": "-o ControlMaster=auto -o ControlPersist=120s",
+                    "ansible_pipelining": True,
                 },
             }
         }
