@@ -2,27 +2,45 @@
 
 `python -m tests.testbed.hosts up NAME... [--dir DIR] [--prefix P]` starts hosts (containers P-NAME; remove them
 with `docker rm -f`) and writes an inventory and known_hosts under DIR; the tests use `Fleet` directly. Every host
-is one container of one shared host image (`neuron-torch-host:<base tag>`, built once from a base image, cached by
-content), so starting eight costs eight `docker run`s, not eight builds.
+is one container of one shared host image (`neuron-torch-host:<base tag>`, built once from a base image, keyed by
+the base and the rendered Dockerfile), so starting eight costs eight `docker run`s, not eight builds. The base is
+the Ubuntu 24.04 twin (`TWIN`, traits.toml [twins]): a host starts where a Canonical Ubuntu AMI's instance starts.
 
-What a host imitates, and where that comes from:
+What a host imitates: every [ami] trait of traits.toml (tests/testbed/ami_traits.py reads them back from a fresh
+host in tests/test_fleet.py), and where each comes from:
 - systemd as PID 1 with the apt-daily timers and unattended-upgrades enabled: Canonical's Ubuntu AMIs enable
   unattended-upgrades and the apt-daily timers (shared/NEURON-FACTS.md section 13).
-- a login user `ubuntu` (uid 1000 where the base has none) with passwordless sudo through
-  /etc/sudoers.d/90-cloud-init-users: Canonical's AMIs log in as `ubuntu` with passwordless sudo (section 13; the
-  file name is cloud-init's).
+- a login user `ubuntu` (uid 1000, the twin's) with passwordless sudo through /etc/sudoers.d/90-cloud-init-users:
+  Canonical's AMIs log in as `ubuntu` with passwordless sudo (section 13; the file name is cloud-init's).
+- python3 installed, python3-venv not: cloud-init, which the AMIs run, is a Python 3 program.
+- apt's package lists kept (an AMI is captured with the lists of its build; a container image is not): python_env
+  installs the distro's python3.X-venv without refreshing them, after neuron_repo refreshed the Neuron source only.
+- gpg installed: Canonical's server cloud images carry it (software-properties-common, which they install, depends
+  on it); neuron_repo reads the Neuron key with `gpg --show-keys` and fails without it (found by the converge here;
+  the twin container base has none). Not yet an [ami] trait in traits.toml; an AMI's package manifest is the check.
 - the kernel metapackages linux-aws, linux-image-aws and linux-headers-aws installed (empty stand-ins): Canonical's
   AMIs get their kernel through them, and they move to new kernels unless held (section 13).
-- sshd with key-only login and host keys of its own, made when the host is created (no two hosts share a key, as
-  cloud-init makes them on first boot); the test bed writes them to a known_hosts file, the way a user has them, so
-  clients connect with StrictHostKeyChecking=yes.
+- cloud-init's state as its first boot leaves it (cloudinit.readthedocs.io, "Directory layout"): /etc/cloud/cloud.cfg.d
+  in the image; per host /var/lib/cloud/instances/<instance id>/ (an EC2-style id, i- and 17 hex digits, with
+  boot-finished), the /var/lib/cloud/instance link to it and /var/lib/cloud/data/instance-id.
+- /etc/machine-id empty in the image, as a cleaned AMI captures it; systemd makes a new one when each host boots
+  (machine-id(5)), so no two hosts share one.
+- sshd with key-only login and host keys of its own (ed25519, rsa, ecdsa), made when the host is created (no two
+  hosts share a key, as cloud-init makes them on first boot); the test bed writes the ed25519 key to a known_hosts
+  file, the way a user has them, so clients connect with StrictHostKeyChecking=yes.
+- /etc/os-release's PRETTY_NAME as Ubuntu writes it ("Ubuntu 24.04 LTS"): the twin base's names Debian, and
+  Ansible's distribution facts read any "Debian" in os-release as Debian (ansible.module_utils.facts.system.
+  distribution, parse_distribution_file_Debian): provision.yml's OS check refused the twin host (found by the
+  converge in tests/test_fleet.py).
 - the host shares the controller's network (it reaches the test bed on 127.0.0.1) and sshd listens on 127.0.0.1 on a
   port of its own; a stopped host refuses connections, as a powered-off machine's address does.
-Not imitated: the kernel (containers share the controller's; `uname -r` is not an Ubuntu AWS kernel), cloud-init
-(not on the Debian bases), /dev/neuron* devices.
+Not imitated: the kernel (containers share the controller's; `uname -r` is not an Ubuntu AWS kernel), cloud-init's
+own run (its state is laid out, the program is not installed: no datasource answers in a container), the apt
+archive (the twin is Debian underneath, traits.toml [twins]), /dev/neuron* devices.
 
 systemd runs unprivileged: a read-only bind of /sys/fs/cgroup (cgroup v1 here), tmpfs on /run and /run/lock, and
-SIGRTMIN+3 to stop it.
+SIGRTMIN+3 to stop it. tmp.mount is masked: Debian trixie's systemd mounts a tmpfs on /tmp, which an unprivileged
+container cannot, and Ubuntu does not (its /tmp is on the root file system).
 """
 
 from __future__ import annotations
@@ -30,6 +48,7 @@ from __future__ import annotations
 import argparse
 import io
 import json
+import secrets
 import socket
 import subprocess
 import sys
@@ -39,11 +58,15 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from tests.testbed.cache import key
+from tests.testbed.traits import traits
 
 DOCKER = "/usr/bin/docker"
-DEFAULT_BASE = "neuron-torch-base:debian12"
+TWIN = "ubuntu24.04"  # the Ubuntu release whose AMI the hosts start as (traits.toml [twins])
+DEFAULT_BASE: str = traits()["twins"][TWIN]["image"]
 KEY_LABEL = "io.neuron-torch.testbed.key"
-HOST_PACKAGES = ("systemd", "systemd-sysv", "dbus", "openssh-server", "unattended-upgrades")
+HOST_PACKAGES = ("systemd", "systemd-sysv", "dbus", "openssh-server", "unattended-upgrades", "sudo", "python3", "gpg")
+HOST_KEY_TYPES = ("ed25519", "rsa", "ecdsa")
+CLOUD = "/var/lib/cloud"
 # Empty packages with the names of the metapackages through which Canonical's AMIs get their kernel.
 KERNEL_PACKAGES = ("linux-image-aws", "linux-headers-aws", "linux-aws")
 USER = "ubuntu"
@@ -61,7 +84,7 @@ DOCKERFILE = """\
 FROM {base}
 RUN apt-get update \\
  && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends {packages} \\
- && rm -rf /var/lib/apt/lists/* /etc/ssh/ssh_host_* \\
+ && rm -rf /etc/ssh/ssh_host_* \\
  && (id -u {user} >/dev/null 2>&1 || useradd --create-home --uid {uid} --shell /bin/bash {user}) \\
  && printf '{user} ALL=(ALL) NOPASSWD:ALL\\n' >{sudoers} && chmod 0440 {sudoers} \\
  && for p in {kernel_packages}; do mkdir -p /tmp/$p/DEBIAN \\
@@ -71,8 +94,9 @@ RUN apt-get update \\
       && dpkg-deb --build /tmp/$p /tmp/$p.deb >/dev/null && dpkg -i /tmp/$p.deb >/dev/null && rm -rf /tmp/$p*; done \\
  && systemctl enable ssh.service apt-daily.timer apt-daily-upgrade.timer unattended-upgrades.service \\
  && systemctl mask getty@tty1.service console-getty.service systemd-udevd.service systemd-udevd-control.socket \\
-      systemd-udevd-kernel.socket systemd-remount-fs.service systemd-firstboot.service
-LABEL {label}={stage_key}
+      systemd-udevd-kernel.socket systemd-remount-fs.service systemd-firstboot.service tmp.mount \\
+ && mkdir -p /etc/cloud/cloud.cfg.d && rm -rf {cloud} && : >/etc/machine-id && rm -f /var/lib/dbus/machine-id \\
+ && sed -i 's/^PRETTY_NAME=.*/PRETTY_NAME="Ubuntu {version} LTS"/' /usr/lib/os-release
 STOPSIGNAL SIGRTMIN+3
 CMD ["/sbin/init"]
 """
@@ -82,6 +106,8 @@ SSHD_CONFIG = """\
 Port {port}
 ListenAddress 127.0.0.1
 HostKey /etc/ssh/ssh_host_ed25519_key
+HostKey /etc/ssh/ssh_host_rsa_key
+HostKey /etc/ssh/ssh_host_ecdsa_key
 PasswordAuthentication no
 KbdInteractiveAuthentication no
 PermitRootLogin no
@@ -99,6 +125,18 @@ def docker(*args: str, check: bool = True, stdin: bytes | None = None) -> subpro
     return result
 
 
+def fleet_cell(matrix_path: Path | None = None) -> str:
+    """The test release's distro-route cell on TWIN: the cell the tests and bench-fleet converge these hosts to (the
+    hosts' own python3 is its Python, as on the AMI)."""
+    from neuron_torch.matrix import load_matrix
+
+    path = matrix_path or Path(__file__).resolve().parents[2] / "constraints" / "test-matrix.toml"
+    cells = [c.id for c in load_matrix(path).cells if c.os.id == TWIN and c.python_route == "distro"]
+    if not cells:
+        raise HostError(f"{path} has no distro-route cell on {TWIN}: the hosts have no cell to converge to")
+    return cells[0]
+
+
 def host_image_name(base: str) -> str:
     return "neuron-torch-host:" + base.rsplit(":", 1)[-1]
 
@@ -109,14 +147,17 @@ def build_host_image(base: str = DEFAULT_BASE) -> str:
     base_id = docker("image", "inspect", "--format", "{{.Id}}", base, check=False)
     if base_id.returncode != 0:
         raise HostError(f"the base image {base} is missing: run scripts/testbed.sh build")
-    stage_key = key(base_id.stdout.decode().strip(), HOST_PACKAGES, DOCKERFILE, code=["hosts.py"])
+    dockerfile = DOCKERFILE.format(
+        base=base, packages=" ".join(HOST_PACKAGES), kernel_packages=" ".join(KERNEL_PACKAGES),
+        user=USER, uid=UID, sudoers=SUDOERS, cloud=CLOUD, version=traits()["twins"][TWIN]["version"],
+    )  # fmt: skip
+    # Keyed by the base and the Dockerfile as rendered (everything the image is made of), not by this module's code:
+    # a change to the inventory or the start of a host does not rebuild the image.
+    stage_key = key(base_id.stdout.decode().strip(), dockerfile)
     current = docker("image", "inspect", "--format", f'{{{{index .Config.Labels "{KEY_LABEL}"}}}}', image, check=False)
     if current.returncode == 0 and current.stdout.decode().strip() == stage_key:
         return image
-    dockerfile = DOCKERFILE.format(
-        base=base, packages=" ".join(HOST_PACKAGES), kernel_packages=" ".join(KERNEL_PACKAGES),
-        user=USER, uid=UID, sudoers=SUDOERS, label=KEY_LABEL, stage_key=stage_key,
-    )  # fmt: skip
+    dockerfile += f"LABEL {KEY_LABEL}={stage_key}\n"
     subprocess.run(
         [DOCKER, "build", "--network=host", "--quiet", "--tag", image, "-"],
         input=dockerfile.encode(),
@@ -176,29 +217,39 @@ class Fleet:
             self._keygen(self.identity, "neuron-torch-testbed-controller")
 
     @staticmethod
-    def _keygen(path: Path, comment: str) -> None:
+    def _keygen(path: Path, comment: str, kind: str = "ed25519") -> None:
         subprocess.run(
-            ["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", comment, "-f", str(path)],
+            ["ssh-keygen", "-q", "-t", kind, "-N", "", "-C", comment, "-f", str(path)],
             check=True,
             stdout=subprocess.DEVNULL,
         )
 
     def _payload(self, name: str, port: int) -> tuple[bytes, str]:
+        """The host's own files: sshd's port and host keys, the controller's key, cloud-init's first-boot state."""
         keydir = self.folder / "hostkeys" / name
         keydir.mkdir(parents=True, exist_ok=True)
-        for old in keydir.glob("ssh_host_ed25519_key*"):
+        for old in keydir.glob("ssh_host_*"):
             old.unlink()
-        private = keydir / "ssh_host_ed25519_key"
-        self._keygen(private, name)
-        public = " ".join(private.with_suffix(".pub").read_text().split()[:2])
         buffer = io.BytesIO()
         with tarfile.open(fileobj=buffer, mode="w") as tar:
             _add(tar, "/etc/ssh/sshd_config.d/10-testbed.conf", SSHD_CONFIG.format(port=port).encode(), 0o644)
-            _add(tar, "/etc/ssh/ssh_host_ed25519_key", private.read_bytes(), 0o600)
-            _add(tar, "/etc/ssh/ssh_host_ed25519_key.pub", (public + "\n").encode(), 0o644)
+            for kind in HOST_KEY_TYPES:
+                private = keydir / f"ssh_host_{kind}_key"
+                self._keygen(private, name, kind)
+                _add(tar, f"/etc/ssh/{private.name}", private.read_bytes(), 0o600)
+                _add(tar, f"/etc/ssh/{private.name}.pub", private.with_suffix(".pub").read_bytes(), 0o644)
             _add_dir(tar, f"/home/{USER}/.ssh", 0o700, UID)
             authorized = self.identity.with_suffix(".pub").read_bytes()
             _add(tar, f"/home/{USER}/.ssh/authorized_keys", authorized, 0o600, UID)
+            instance_id = "i-" + secrets.token_hex(9)[:17]  # an EC2 instance id's form
+            for folder in (CLOUD, f"{CLOUD}/instances", f"{CLOUD}/instances/{instance_id}", f"{CLOUD}/data"):
+                _add_dir(tar, folder, 0o755, 0)
+            _add(tar, f"{CLOUD}/instances/{instance_id}/boot-finished", b"", 0o644)
+            _add(tar, f"{CLOUD}/data/instance-id", f"{instance_id}\n".encode(), 0o644)
+            link = tarfile.TarInfo(f"{CLOUD}/instance".lstrip("/"))
+            link.type, link.linkname, link.mtime = tarfile.SYMTYPE, f"{CLOUD}/instances/{instance_id}", int(time.time())
+            tar.addfile(link)
+        public = " ".join((keydir / "ssh_host_ed25519_key.pub").read_text().split()[:2])
         return buffer.getvalue(), public
 
     def start(self, name: str, image: str | None = None) -> Host:
@@ -270,6 +321,11 @@ class Fleet:
                     "ansible_user": USER,
                     "ansible_ssh_private_key_file": str(self.identity),
                     "ansible_ssh_common_args": common,
+                    # One SSH connection per host for the whole run and the runs that follow within two minutes
+                    # (ControlPersist), modules piped through it (pipelining): no compression, the hosts are on the
+                    # loopback, where it only costs CPU.
+                    "ansible_ssh_args": "-o ControlMaster=auto -o ControlPersist=120s",
+                    "ansible_pipelining": True,
                 },
             }
         }
