@@ -7,9 +7,8 @@ nothing), run in --check mode, checked with the shared testinfra suite over ssh:
 (the Packer build's own options), and committed as the image of the rest of a fleet of four: the converged host and
 a second good one, one whose torch package is broken, one stopped. verify.yml must give each its true verdict.
 The converge happens once per module (verify-device installed, not run: verify.yml runs it); every test shares it.
-Needs docker, the host image's base and the test bed (they skip, saying why, without them). The verdict and pattern
-tests also skip, saying why, while verify-device cannot start on the twin's fixture torch at all
-(verify_device_start_problem: one narrow, known crash; any other failure fails them).
+Needs docker, the host image's base and the test bed (they skip, saying why, without them). The fleet's verify runs
+verify-device's environment stage only: the twin's torch is a fixture that imports but has no compute (see STAGES).
 """
 
 from __future__ import annotations
@@ -213,34 +212,6 @@ def verify(fleet: Fleet, tmp_path: Path, pattern: str) -> tuple[subprocess.Compl
     return result, data
 
 
-def verify_device_start_problem(fleet: Fleet) -> str | None:
-    """Why verify-device cannot reach its first stage on the converged host, if it cannot: an ImportError raised while
-    neuron_smoke/suite.py loads its stage modules (the twin's fixture torch has no torch.nn; a module that imports it
-    at its top crashes every run, even --stages environment, before any stage or report). None when it starts."""
-    python = "/opt/neuron-torch/venv/bin/python"
-    argv = ["env", f"NEURON_TORCH_PYTHON={python}", "/usr/local/bin/verify-device", "--device", "cpu", *STAGES]
-    result = fleet.exec(CONVERGED, *argv)
-    output = (result.stdout + result.stderr).decode(errors="replace")
-    if result.returncode != 0 and "neuron_smoke/suite.py" in output and "ImportError" in output:
-        return (
-            "verify-device crashes before its first stage on the twin's fixture torch (no torch.nn), so no host can "
-            "get a verdict: neuron_smoke/suite.py loads every stage module at its top and stage_model.py (through "
-            "stage_compile.py) does `from torch import nn` there. Needs the fix 2417796 made for stage_collectives "
-            "(import a stage's torch submodules when the stage runs) in smoke_tests/; last lines: "
-            + " | ".join(output.strip().splitlines()[-2:])
-        )
-    return None
-
-
-@pytest.fixture(scope="module")
-def verify_device_starts(converged: Converged) -> None:
-    if converged.second.returncode != 0:
-        pytest.fail("the converge failed (see the converge test)")
-    problem = verify_device_start_problem(converged.fleet)
-    if problem:
-        pytest.skip(problem)
-
-
 @pytest.fixture(scope="module")
 def fleet_of_four(converged: Converged) -> Fleet:
     """The converged host and three started from its image: good2, bad (torch's package files gone, as a half-removed
@@ -256,9 +227,7 @@ def fleet_of_four(converged: Converged) -> Fleet:
     return fleet
 
 
-def test_fleet_verdict_names_every_host_once_with_its_true_verdict(
-    fleet_of_four: Fleet, verify_device_starts: None, tmp_path: Path
-) -> None:
+def test_fleet_verdict_names_every_host_once_with_its_true_verdict(fleet_of_four: Fleet, tmp_path: Path) -> None:
     result, data = verify(fleet_of_four, tmp_path, "all")
     output = result.stdout + result.stderr
     assert result.returncode != 0, output[-6000:]
@@ -280,7 +249,7 @@ def test_fleet_verdict_names_every_host_once_with_its_true_verdict(
     [("good*", {CONVERGED, "good2"}, True), ("all:!bad", {CONVERGED, "good2", "down"}, False)],
 )
 def test_a_host_pattern_selects_exactly_its_hosts(
-    fleet_of_four: Fleet, verify_device_starts: None, tmp_path: Path, pattern: str, hosts: set[str], passes: bool
+    fleet_of_four: Fleet, tmp_path: Path, pattern: str, hosts: set[str], passes: bool
 ) -> None:
     result, data = verify(fleet_of_four, tmp_path, pattern)
     assert {row["host"] for row in data["hosts"]} == hosts, result.stdout[-6000:]
