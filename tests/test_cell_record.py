@@ -4,13 +4,11 @@ and every consumer (the CLI, verify-device, the testinfra suite, the Ansible fil
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 import subprocess
 import sys
 from pathlib import Path
-from types import ModuleType
 from typing import Any
 
 import jsonschema
@@ -21,17 +19,10 @@ from neuron_torch.cellrecord import SCHEMA_FILE, cell_schema, schema_version
 from neuron_torch.cli import main
 from neuron_torch.matrix import Matrix, load_matrix
 from neuron_torch.render_ansible import ansible_data
+from tests import load_module
 
 REPO = Path(__file__).resolve().parents[1]
 SMOKE = REPO / "smoke_tests"
-
-
-def _load(path: Path, name: str) -> ModuleType:
-    spec = importlib.util.spec_from_file_location(name, path)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 def _records(matrix: Matrix) -> dict[str, dict[str, Any]]:
@@ -99,7 +90,7 @@ def test_verify_device_refuses_an_unknown_schema_version(records: dict[str, Path
 
 
 def test_the_testinfra_suite_refuses_an_unknown_schema_version(records: dict[str, Path]) -> None:
-    conftest = _load(SMOKE / "infra" / "conftest.py", "nt17_infra_conftest")
+    conftest = load_module(SMOKE / "infra" / "conftest.py", "nt17_infra_conftest")
     assert conftest.read_cell(records["good"])["schema"] == 1
     with pytest.raises(pytest.fail.Exception) as refused:
         conftest.read_cell(records["future"])
@@ -108,7 +99,7 @@ def test_the_testinfra_suite_refuses_an_unknown_schema_version(records: dict[str
 
 def test_the_ansible_filter_refuses_an_unknown_schema_version(records: dict[str, Path], tmp_path: Path) -> None:
     plugins = REPO / "ansible" / "filter_plugins"
-    filters = _load(plugins / "neuron_lock.py", "nt17_neuron_lock")
+    filters = load_module(plugins / "neuron_lock.py", "nt17_neuron_lock")
     good = json.loads(records["good"].read_text())
     assert filters.neuron_cell_record(good, good["id"]) is good
     with pytest.raises(ValueError, match=r"release\.yml .*: the cell record has schema 2; .* schema 1 only"):

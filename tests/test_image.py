@@ -6,7 +6,6 @@ Dockerfile, then run it, run the shared testinfra suite against it and break its
 
 from __future__ import annotations
 
-import importlib.util
 import os
 import re
 import secrets
@@ -27,6 +26,7 @@ from neuron_torch.cli import main
 from neuron_torch.errors import NeuronTorchError
 from neuron_torch.matrix import Matrix, load_matrix
 from neuron_torch.mirror import apply_mirror, load_mirror
+from tests import load_module
 from tests.testbed import baseimages
 from tests.testbed.harness import CELL, DOCKER, TEST_MATRIX, built_testbed, docker, require_docker, scan_image
 
@@ -165,11 +165,7 @@ NODE_GID = 4242  # the device nodes' group, unknown to the image: as a host's `n
 
 def simulated_device_library() -> Path:
     """The simulated neuron device built against this checkout's torch (the image's torch: the same 2.13.0 wheel)."""
-    spec = importlib.util.spec_from_file_location("neuron_sim_builder", SIM_DIR / "site" / "neuron_sim.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return Path(module.build())
+    return Path(load_module(SIM_DIR / "site" / "neuron_sim.py", "neuron_sim_builder").build())
 
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="making fixture device nodes (mknod) needs root")

@@ -4,15 +4,14 @@ agree with the toolkit's own reader (neuron_torch.lockfile) and name normaliser 
 
 from __future__ import annotations
 
-import importlib.util
 import sys
 from pathlib import Path
-from types import ModuleType
 
 import pytest
 
 from neuron_torch.lockfile import read_lock
 from neuron_torch.matrix import canonical_name
+from tests import load_module
 
 REPO = Path(__file__).resolve().parents[1]
 LOCK = """# neuron-torch lock
@@ -30,14 +29,6 @@ Zope.Interface==7.2 ; python_version >= "3.11" \\
 WANT = {"jinja2": "3.1.6", "torch-neuronx": "2.13.3.0.1871", "zope-interface": "7.2"}
 
 
-def _load(path: Path, name: str) -> ModuleType:
-    spec = importlib.util.spec_from_file_location(name, path)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
 @pytest.mark.parametrize("name", ["Torch_Neuronx", "torch.neuronx", "TORCH--neuronx", "zope.interface", "nki"])
 def test_every_normaliser_is_the_toolkits(name: str) -> None:
     sys.path.insert(0, str(REPO / "smoke_tests"))
@@ -51,8 +42,8 @@ def test_every_normaliser_is_the_toolkits(name: str) -> None:
 def test_the_suite_the_filters_and_the_toolkit_read_a_lock_alike(tmp_path: Path) -> None:
     lock = tmp_path / "lock.txt"
     lock.write_text(LOCK)
-    conftest = _load(REPO / "smoke_tests" / "infra" / "conftest.py", "nt17_locktext_conftest")
-    filters = _load(REPO / "ansible" / "filter_plugins" / "neuron_lock.py", "nt17_locktext_filters")
+    conftest = load_module(REPO / "smoke_tests" / "infra" / "conftest.py", "nt17_locktext_conftest")
+    filters = load_module(REPO / "ansible" / "filter_plugins" / "neuron_lock.py", "nt17_locktext_filters")
     assert conftest.read_pins(lock) == filters.neuron_lock_versions(LOCK) == WANT
     assert {canonical_name(p.name): p.version for p in read_lock(lock).packages} == WANT
     groups = filters.neuron_lock_groups(LOCK)

@@ -4,7 +4,6 @@ agree on one table of cases."""
 
 from __future__ import annotations
 
-import importlib.util
 import shutil
 import subprocess
 import sys
@@ -14,6 +13,7 @@ from types import ModuleType
 import pytest
 
 from neuron_torch import pins as canonical
+from tests import load_module
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "smoke_tests"))  # as tests/smoke/conftest.py does: this file also runs on its own
@@ -105,11 +105,7 @@ def test_assert_pins_refuses_another_version_naming_the_package(tmp_path: Path) 
 
 
 def _lock_filter() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("neuron_lock", ROOT / "ansible/filter_plugins/neuron_lock.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_module(ROOT / "ansible/filter_plugins/neuron_lock.py", "neuron_lock")
 
 
 def test_ansible_filter_compares_installed_with_locked_versions_by_pep440() -> None:

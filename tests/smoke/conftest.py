@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 import subprocess
@@ -15,6 +14,7 @@ from typing import Any
 
 import pytest
 
+from tests import load_module
 from tests.simdevice.environment import SIM_SITE, sim_environment
 from tests.smoke.forkserver import ForkServer
 
@@ -54,11 +54,7 @@ class Run:
 
 
 def _load_sim_builder() -> Any:
-    spec = importlib.util.spec_from_file_location("neuron_sim_builder", SIM_SITE / "neuron_sim.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_module(SIM_SITE / "neuron_sim.py", "neuron_sim_builder")
 
 
 @pytest.fixture(scope="session")
