@@ -12,6 +12,7 @@ only when its `schema` version is the one the checkout's smoke_tests/neuron_smok
 
 from __future__ import annotations
 
+import functools
 import importlib.util
 import re
 from pathlib import Path
@@ -23,8 +24,9 @@ _SMOKE = Path(__file__).resolve().parents[2] / "smoke_tests" / "neuron_smoke"
 _INDEX = re.compile(r"^#\s*index\s+(?P<name>[^:\s]+):\s*(?P<url>\S+)")
 
 
+@functools.cache
 def _smoke_module(name: str) -> ModuleType:
-    """smoke_tests/neuron_smoke/NAME.py of the checkout (a standard-library module)."""
+    """smoke_tests/neuron_smoke/NAME.py of the checkout (a standard-library module), loaded once per process."""
     path = _SMOKE / f"{name}.py"
     spec = importlib.util.spec_from_file_location(f"neuron_torch_{name}", path)
     if spec is None or spec.loader is None or not path.is_file():
