@@ -13,20 +13,19 @@ ENV DEBIAN_FRONTEND=noninteractive
 # Install Debian/Ubuntu packages only when missing; a CA secret, when given, is trusted by apt in this RUN only.
 COPY images/docker/apt-install.sh /usr/local/lib/neuron-torch/apt-install.sh
 
-# The Neuron apt key, fetched and verified here so gnupg and curl stay out of the runtime stage.
+# The Neuron apt key, fetched and verified here so gnupg and curl stay out of the runtime stage. aptkey.sh is the one
+# fingerprint check (the neuron_repo role and `neuron-torch bundle` run the same file).
 FROM os AS keyring
 SHELL ["/bin/bash", "-o", "pipefail", "-c"]
 ARG APT_KEY_URL
 ARG APT_KEY_FINGERPRINT=""
+COPY src/neuron_torch/aptkey.sh /usr/local/lib/neuron-torch/aptkey.sh
 RUN --mount=type=secret,id=ca \
     /usr/local/lib/neuron-torch/apt-install.sh curl gnupg ca-certificates \
     && if [ -s /run/secrets/ca ]; then export CURL_CA_BUNDLE=/run/secrets/ca; fi \
     && curl -fsSL "$APT_KEY_URL" -o /tmp/key.asc \
-    && gpg --batch --dearmor -o /neuron.gpg /tmp/key.asc \
-    && found=$(gpg --batch --show-keys --with-colons /neuron.gpg | awk -F: '$1 == "fpr" {print $10; exit}') \
-    && echo "neuron apt key: $found" \
-    && if [ -n "$APT_KEY_FINGERPRINT" ] && [ "$found" != "$APT_KEY_FINGERPRINT" ]; then \
-         echo "apt key fingerprint $found is not the pinned $APT_KEY_FINGERPRINT" >&2; exit 1; fi
+    && /usr/local/lib/neuron-torch/aptkey.sh --expect "$APT_KEY_FINGERPRINT" --source "$APT_KEY_URL" \
+         --keyring /neuron.gpg /tmp/key.asc
 
 # The cell's Python: the distro's own (route "distro"), or a standalone CPython installed by a pinned, hash-checked
 # uv (route "uv-standalone", python-build-standalone, installed under /opt/neuron-torch/python). uv reads where

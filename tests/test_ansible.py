@@ -22,10 +22,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
 from neuron_torch.matrix import Matrix, load_matrix
 from neuron_torch.render_ansible import ansible_data, ansible_vars_path
 from tests import load_module
+from tests.testbed import aptrepo
 
 REPO = Path(__file__).resolve().parents[1]
 ANSIBLE = REPO / "ansible"
@@ -233,6 +235,37 @@ def test_smoke_tests_are_deployed_as_one_archive_idempotently_and_an_edit_is_dep
     assert converge() == 1
     assert (deployed / "neuron_smoke" / "pins.py").read_text().endswith("# edited on the controller\n")
     assert not list(scratch.iterdir()), "the controller's archive folder was left behind"
+
+
+def test_the_role_checks_the_key_with_aptkey_sh_and_refuses_a_wrong_fingerprint(tmp_path: Path) -> None:
+    """neuron_repo's key check task (copied from key.yml as it stands) on this machine, read-only: the pinned
+    fingerprint passes, a wrong one fails with aptkey.sh's message (the one check the image and bundle run too)."""
+    if not shutil.which("gpg"):
+        pytest.skip("gpg is not installed (scripts/ci-prereqs.sh installs it)")
+    fingerprint = aptrepo.make_key(tmp_path / "gnupg")
+    key = aptrepo.export_key(tmp_path / "gnupg", fingerprint, tmp_path / "key.asc")
+    tasks = yaml.safe_load((ANSIBLE / "roles" / "neuron_repo" / "tasks" / "key.yml").read_text())
+    check = next(task for task in tasks if task["name"].startswith("Check the key's fingerprint"))
+    defaults = yaml.safe_load((ANSIBLE / "roles" / "neuron_repo" / "defaults" / "main.yml").read_text())
+    play = [{"name": "The key check", "hosts": "localhost", "connection": "local", "gather_facts": False,
+             "vars": {"neuron_repo_key_check": defaults["neuron_repo_key_check"], "neuron_repo_root": str(REPO),
+                      "neuron_repo_key_url": "https://example.invalid/key.asc",
+                      "neuron_repo_key_download": {"dest": str(key)}},
+             "tasks": [check]}]  # fmt: skip
+    (tmp_path / "play.yml").write_text(yaml.safe_dump(play))
+    for pinned, ok in ((fingerprint.lower(), True), (fingerprint[::-1], False)):
+        argv = [
+            tool("ansible-playbook"),
+            "-i",
+            "localhost,",
+            tmp_path / "play.yml",
+            "-e",
+            f"neuron_repo_key_fingerprint={pinned}",
+        ]
+        result = run(argv, cwd=ANSIBLE, timeout=300)
+        assert (result.returncode == 0) is ok, result.stdout[-3000:]
+        if not ok:
+            assert f"has fingerprint(s) {fingerprint}, not the pinned {pinned}: refusing it" in result.stdout
 
 
 # --- unsupported cells: refused before any change to the host -----------------------------------------------------

@@ -327,7 +327,7 @@ def test_the_apt_key_is_checked_against_a_pinned_fingerprint(image: BuiltImage) 
         output = result.stdout + result.stderr
         assert (result.returncode == 0) is ok, output[-2000:]
         if not ok:
-            assert f"is not the pinned {wrong}" in output
+            assert f"not the pinned {wrong}: refusing it" in output  # aptkey.sh, the one check
     docker("rmi", "-f", "neuron-torch:key-test", check=False)
 
 

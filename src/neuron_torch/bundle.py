@@ -31,6 +31,8 @@ from neuron_torch.matrix import AptPackage, AptScope, Cell, Matrix, canonical_na
 from neuron_torch.mirror import Mirror, redact
 
 INSTALL_SH = Path(__file__).with_name("bundle_install.sh")
+# The one apt key fingerprint check (the Dockerfile's keyring stage and the neuron_repo role run it too).
+APT_KEY_SH = Path(__file__).with_name("aptkey.sh")
 
 
 @dataclass(frozen=True)
@@ -141,17 +143,10 @@ def _verify_release(fetcher: Fetcher, matrix: Matrix, codename: str, work: Path)
     key = work / "key.asc"
     key.write_bytes(fetcher.get(matrix.apt.key_url))
     keyring = work / "keyring.gpg"
-    gpg = ["gpg", "--batch", "--quiet", "--homedir", str(work)]
-    subprocess.run([*gpg, "--yes", "-o", str(keyring), "--dearmor", str(key)], check=True)
-    shown = subprocess.run([*gpg, "--with-colons", "--show-keys", str(keyring)], capture_output=True, text=True)
-    fingerprints = [line.split(":")[9] for line in shown.stdout.splitlines() if line.startswith("fpr:")]
-    pinned = matrix.apt.key_fingerprint
-    if pinned and pinned not in fingerprints:
-        raise NeuronTorchError(
-            f"the apt key at {redact(matrix.apt.key_url)} has fingerprint(s) {', '.join(fingerprints) or 'none'}, "
-            f"not the pinned {pinned}: refusing it",
-            EXIT_FAILED,
-        )
+    check = ["sh", str(APT_KEY_SH), "--expect", matrix.apt.key_fingerprint, "--source", redact(matrix.apt.key_url)]
+    checked = subprocess.run([*check, "--keyring", str(keyring), str(key)], capture_output=True, text=True)
+    if checked.returncode != 0:
+        raise NeuronTorchError(checked.stderr.strip(), EXIT_FAILED)
     in_release = work / "InRelease"
     in_release.write_bytes(fetcher.get(f"{matrix.apt.url}/dists/{codename}/InRelease"))
     release = work / "Release"
