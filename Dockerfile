@@ -62,26 +62,27 @@ RUN --mount=type=secret,id=ca \
     && mkdir -p /opt/neuron-torch/python \
     && neuron-torch-python --version
 
-# The venv, filled only from the cell's hash lock (--require-hashes --no-deps), then checked. First the lock gate
-# (src/neuron_torch/lockgate.py, the same file `neuron-torch build image` applies): a lock for another cell, an
-# unsealed or edited one, or one holding a CUDA torch, the PyPI placeholder or nvidia-* stops the build before pip.
+# The venv, filled only from the cell's hash lock, then checked. First the lock gate (src/neuron_torch/lockgate.py, the
+# same file `neuron-torch build image` applies): a lock for another cell, an unsealed or edited one, or one holding a
+# CUDA torch, the PyPI placeholder or nvidia-* stops the build before pip. Then lockinstall.py, the one lock
+# installation (the python_env role and the bundle's install.sh run it too): each index's entries from that index
+# alone (INDEX_ROUTES: NAME=URL of each index, from the matrix and its mirror settings), --require-hashes --no-deps.
 FROM python AS venv
 SHELL ["/bin/bash", "-o", "pipefail", "-c"]
 ARG CELL_DIR
 ARG CELL_ID
-ARG INDEX_URL
-ARG EXTRA_INDEX_URLS=""
+ARG INDEX_ROUTES
 ARG PINS
-COPY images/docker/assert-pins.py src/neuron_torch/lockgate.py smoke_tests/neuron_smoke/pins.py /usr/local/lib/neuron-torch/
+COPY images/docker/assert-pins.py src/neuron_torch/lockgate.py smoke_tests/neuron_smoke/pins.py \
+     smoke_tests/neuron_smoke/locktext.py smoke_tests/neuron_smoke/lockinstall.py /usr/local/lib/neuron-torch/
 COPY ${CELL_DIR}/lock.txt ${CELL_DIR}/gate.json /etc/neuron-torch/
 RUN --mount=type=secret,id=ca --mount=type=cache,id=neuron-torch-pip,target=/root/.cache/pip \
     neuron-torch-python /usr/local/lib/neuron-torch/lockgate.py --cell "$CELL_ID" \
       --rules /etc/neuron-torch/gate.json /etc/neuron-torch/lock.txt \
     && if [ -s /run/secrets/ca ]; then export PIP_CERT=/run/secrets/ca; fi \
     && "$(readlink -f /usr/local/bin/neuron-torch-python)" -m venv /opt/neuron-torch/venv \
-    && PIP_CONFIG_FILE=/dev/null PIP_EXTRA_INDEX_URL="$EXTRA_INDEX_URLS" /opt/neuron-torch/venv/bin/pip install \
-         --disable-pip-version-check --require-hashes --no-deps --index-url "$INDEX_URL" -r /etc/neuron-torch/lock.txt \
-    && /opt/neuron-torch/venv/bin/pip check \
+    && /opt/neuron-torch/venv/bin/python /usr/local/lib/neuron-torch/lockinstall.py --venv /opt/neuron-torch/venv \
+         --index "$INDEX_ROUTES" /etc/neuron-torch/lock.txt \
     && /opt/neuron-torch/venv/bin/python /usr/local/lib/neuron-torch/assert-pins.py "$PINS"
 
 FROM os AS runtime

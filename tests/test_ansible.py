@@ -160,19 +160,11 @@ torch-neuronx==2.13.3.0.1871 \\
 """
 
 
-def test_lock_filters_split_the_lock_by_index_and_apply_mirrors() -> None:
+def test_lock_filters_find_what_the_venv_lacks() -> None:
     filters = _lock_filters()
     assert filters.neuron_lock_versions(LOCK) == {"jinja2": "3.1.6", "torch-neuronx": "2.13.3.0.1871"}
-    groups = filters.neuron_lock_groups(LOCK, {"neuron": "https://mirror.example/neuron/"})
-    assert [(g["name"], g["url"]) for g in groups] == [
-        ("pypi", "http://127.0.0.1:38025/simple/pypi/"),
-        ("neuron", "https://mirror.example/neuron/"),
-    ]
-    assert groups[0]["requirements"] == "Jinja2==3.1.6 \\\n    --hash=sha256:aa \\\n    --hash=sha256:bb\n"
     installed = [{"name": "Jinja2", "version": "3.1.6"}, {"name": "torch_neuronx", "version": "2.13.3.0.1"}]
     assert filters.neuron_lock_missing(LOCK, installed) == ["torch-neuronx==2.13.3.0.1871"]
-    with pytest.raises(ValueError, match="nope"):
-        filters.neuron_lock_groups(LOCK, {"nope": "http://x/"})
 
 
 # --- neuron_verify: the smoke tests as one archive ----------------------------------------------------------------

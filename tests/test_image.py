@@ -56,8 +56,8 @@ def test_every_real_cell_renders_consistent_build_args(matrix: Matrix) -> None:
         assert apt == [f"{p.name}={p.version}*" for p in matrix.apt.packages if p.scope == "image"]
         assert not any(pin.startswith("aws-neuronx-dkms") for pin in apt), "the driver must not go into an image"
         assert rendered["APT_URL"] == matrix.apt.url and rendered["APT_KEY_URL"] == matrix.apt.key_url
-        assert rendered["INDEX_URL"] == default_index
-        assert set(rendered["EXTRA_INDEX_URLS"].split()) == {i.url for i in matrix.indexes if not i.is_default}
+        assert rendered["INDEX_ROUTES"].split() == [f"{i.name}={i.url}" for i in matrix.indexes]
+        assert rendered["PYPI_INDEX_URL"] == default_index
         pins = rendered["PINS"].split()
         assert f"torch=={cell.family.torch_pin}" in pins and "+cpu" in cell.family.torch_pin
         assert f"torch-neuronx=={cell.family.torch_neuronx}" in pins

@@ -46,5 +46,5 @@ def test_the_suite_the_filters_and_the_toolkit_read_a_lock_alike(tmp_path: Path)
     filters = load_module(REPO / "ansible" / "filter_plugins" / "neuron_lock.py", "nt17_locktext_filters")
     assert conftest.read_pins(lock) == filters.neuron_lock_versions(LOCK) == WANT
     assert {canonical_name(p.name): p.version for p in read_lock(lock).packages} == WANT
-    groups = filters.neuron_lock_groups(LOCK)
+    groups = load_module(REPO / "smoke_tests" / "neuron_smoke" / "locktext.py", "nt17_locktext").groups(LOCK)
     assert [g["url"] for g in groups] == ["http://127.0.0.1:1/simple/pypi/", "http://127.0.0.1:1/simple/neuron/"]

@@ -9,7 +9,6 @@ from neuron_torch.matrix import AptScope, Cell, Matrix
 def build_args(matrix: Matrix, cell: Cell) -> dict[str, str]:
     """Every ARG of the Dockerfile that comes from the matrix, for one cell."""
     default = next(index for index in matrix.indexes if index.is_default)
-    extra = [index.url for index in matrix.indexes if not index.is_default]
     return {
         "BASE_IMAGE": cell.os.base_image,
         "CELL_ID": cell.id,
@@ -27,8 +26,8 @@ def build_args(matrix: Matrix, cell: Cell) -> dict[str, str]:
         "APT_KEYRING": matrix.apt.keyring,
         "APT_COMPONENT": matrix.apt.component,
         "APT_PACKAGES": " ".join(package.apt_pin for package in matrix.apt.scoped(AptScope.IMAGE)),
-        "INDEX_URL": default.url,
-        "EXTRA_INDEX_URLS": " ".join(extra),
+        # NAME=URL of each index: lockinstall.py installs each index's lock entries from its URL alone.
+        "INDEX_ROUTES": " ".join(f"{index.name}={index.url}" for index in matrix.indexes),
         "PYPI_INDEX_URL": default.url,
         "PINS": " ".join(f"{name}=={version}" for name, version in cell.pins.items()),
     }

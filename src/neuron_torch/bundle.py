@@ -33,6 +33,8 @@ from neuron_torch.mirror import Mirror, redact
 INSTALL_SH = Path(__file__).with_name("bundle_install.sh")
 # The one apt key fingerprint check (the Dockerfile's keyring stage and the neuron_repo role run it too).
 APT_KEY_SH = Path(__file__).with_name("aptkey.sh")
+# The one lock installation (smoke_tests/neuron_smoke/ of the checkout, standard library only), shipped in the bundle.
+LOCK_INSTALLER = ("lockinstall.py", "locktext.py")
 
 
 @dataclass(frozen=True)
@@ -251,6 +253,8 @@ def _write_bundle(
     (out / "lock.txt").write_text(with_pip_options(read_lock_text(lock_file), ["--no-index", "--find-links wheels"]))
     shutil.copyfile(INSTALL_SH, out / "install.sh")
     (out / "install.sh").chmod(0o755)
+    for name in LOCK_INSTALLER:  # the one lock installation (the image and the python_env role run it too)
+        shutil.copyfile(matrix.root / "smoke_tests" / "neuron_smoke" / name, out / name)
     manifest = {
         "bundle": 1,
         "release": matrix.release.name,
@@ -268,5 +272,6 @@ def _write_bundle(
     }
     (out / "manifest.json").write_text(json.dumps(manifest, indent=2) + "\n")
     listed = [*debs, *wheels, BundleFile("lock.txt", sha256_file(out / "lock.txt"), "", "")]
-    listed.append(BundleFile("install.sh", sha256_file(out / "install.sh"), "", ""))
+    for name in ("install.sh", *LOCK_INSTALLER):
+        listed.append(BundleFile(name, sha256_file(out / name), "", ""))
     (out / "SHA256SUMS").write_text("".join(f"{f.sha256}  {f.path}\n" for f in sorted(listed, key=lambda f: f.path)))
