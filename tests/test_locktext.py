@@ -48,3 +48,11 @@ def test_the_suite_the_filters_and_the_toolkit_read_a_lock_alike(tmp_path: Path)
     assert {canonical_name(p.name): p.version for p in read_lock(lock).packages} == WANT
     groups = load_module(REPO / "smoke_tests" / "neuron_smoke" / "locktext.py", "nt17_locktext").groups(LOCK)
     assert [g["url"] for g in groups] == ["http://127.0.0.1:1/simple/pypi/", "http://127.0.0.1:1/simple/neuron/"]
+
+
+def test_the_testinfra_suite_normalises_names_with_locktext() -> None:
+    """smoke_tests/infra keeps no normaliser of its own: its `canonical` fixture is locktext.canonical."""
+    for path in (REPO / "smoke_tests" / "infra").glob("*.py"):
+        assert "re.sub(" not in path.read_text(), f"{path.name} normalises names itself again"
+    conftest = load_module(REPO / "smoke_tests" / "infra" / "conftest.py", "nt17_locktext_infra_conftest")
+    assert conftest.canonical.__wrapped__()("Torch_Neuronx") == "torch-neuronx"

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+from collections.abc import Callable
 from pathlib import Path
 from types import ModuleType
 from typing import Any
@@ -45,6 +46,13 @@ def read_pins(path: Path) -> dict[str, str]:
     """name -> version of every `name==version` entry of a pip-tools/neuron-torch lock (names canonical)."""
     pins: dict[str, str] = _smoke_module("locktext").versions(path.read_text(encoding="utf-8"))
     return pins
+
+
+@pytest.fixture(scope="session")
+def canonical() -> Callable[[str], str]:
+    """The one PEP 503 name normaliser of the smoke tests (locktext.canonical), for names the host reports."""
+    normalise: Callable[[str], str] = _smoke_module("locktext").canonical
+    return normalise
 
 
 def _required(config: pytest.Config, option: str) -> Path:

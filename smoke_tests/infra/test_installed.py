@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import json
-import re
 import subprocess
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -25,10 +25,6 @@ LIST_DISTRIBUTIONS = (
 )
 
 
-def canonical(name: str) -> str:
-    return re.sub(r"[-_.]+", "-", name).lower()
-
-
 def environment(host: Any, target: str) -> dict[str, str]:
     """The environment a workload gets: the container's own (image) or a login shell's (host: the profile script)."""
     if target == "image":
@@ -38,7 +34,7 @@ def environment(host: Any, target: str) -> dict[str, str]:
     return dict(line.split("=", 1) for line in output.splitlines() if "=" in line)
 
 
-def test_venv_holds_exactly_the_lock(host: Any, locked: dict[str, str]) -> None:
+def test_venv_holds_exactly_the_lock(host: Any, locked: dict[str, str], canonical: Callable[[str], str]) -> None:
     listing = json.loads(host.check_output(f"{PYTHON} -c {LIST_DISTRIBUTIONS!r}"))
     installed = {canonical(name): version for name, version in listing.items()}
     wrong = {name: (version, installed.get(name)) for name, version in locked.items() if installed.get(name) != version}

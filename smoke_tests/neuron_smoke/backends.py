@@ -15,8 +15,7 @@ import torch
 
 @dataclass(frozen=True)
 class Backend:
-    name: str
-    device_type: str
+    name: str  # also torch's device type (torch.device(name), torch.autocast(device_type=name))
     compile_backend: str
     process_group: str
     # Module whose import registers the device; it also provides op tracking when `tracks_fallback` is set.
@@ -31,6 +30,10 @@ class Backend:
     # Dense peak TFLOP/s per dtype, keyed by a substring of the device name (longest match wins).
     peak_tflops: dict[str, dict[str, float]] = field(default_factory=dict)
     missing_help: str = ""
+
+    @property
+    def device_type(self) -> str:
+        return self.name
 
     def device_nodes(self) -> list[str] | None:
         """Device files found, or None when this backend has none to look for."""
@@ -90,7 +93,6 @@ NEURON_MISSING_HELP = (
 
 NEURON = Backend(
     name="neuron",
-    device_type="neuron",
     compile_backend="neuron",
     process_group="neuron",
     module="torch_neuronx",
@@ -105,7 +107,6 @@ NEURON = Backend(
 
 CUDA = Backend(
     name="cuda",
-    device_type="cuda",
     compile_backend="inductor",
     process_group="nccl",
     dev_glob="/dev/nvidia[0-9]*",
@@ -137,7 +138,6 @@ CUDA = Backend(
 # which doubled the compile (5.4 against 2.6 CPU seconds for the default model's training step, on torch 2.13).
 CPU = Backend(
     name="cpu",
-    device_type="cpu",
     compile_backend="aot_eager_default_partitioner",
     process_group="gloo",
     throughput_dtype="float32",

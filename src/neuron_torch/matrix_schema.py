@@ -185,7 +185,7 @@ def parse(data: Mapping[str, Any], path: Path, root: Path) -> Matrix:
     instance_families, instances = _instances(r, data, unsupported)
     routes = (python_install.route_default, python_install.route_other)
     cells = tuple(
-        Cell(family, python, system, packages, generated_dir, locks_dir, routes)
+        Cell(family, python, system, generated_dir, locks_dir, packages, routes)
         for family in families.values()
         for python in family.pythons
         for system in systems.values()

@@ -165,9 +165,9 @@ class Cell:
     family: Family
     python: str
     os: OperatingSystem
-    packages: Mapping[str, str]
-    generated_dir: Path
+    generated_dir: Path  # the matrix's folders: the cell's rendered files and its lock are named by its id there
     locks_dir: Path
+    packages: Mapping[str, str]
     python_routes: tuple[PythonRoute, PythonRoute]  # [python_install] route_default, route_other
 
     @property
