@@ -22,7 +22,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
 
 from neuron_torch.matrix import Matrix, load_matrix
 from neuron_torch.render_ansible import ansible_data, ansible_vars_path
@@ -229,6 +228,14 @@ def test_smoke_tests_are_deployed_as_one_archive_idempotently_and_an_edit_is_dep
     assert not list(scratch.iterdir()), "the controller's archive folder was left behind"
 
 
+def _yaml(path: Path) -> Any:
+    """A YAML file read by the Ansible controller's PyYAML (ansible-core requires it; .venv may lack it)."""
+    script = "import json, sys, yaml; print(json.dumps(yaml.safe_load(open(sys.argv[1]))))"
+    result = run([tool("python"), "-c", script, path])
+    assert result.returncode == 0, result.stderr
+    return json.loads(result.stdout)
+
+
 def test_the_role_checks_the_key_with_aptkey_sh_and_refuses_a_wrong_fingerprint(tmp_path: Path) -> None:
     """neuron_repo's key check task (copied from key.yml as it stands) on this machine, read-only: the pinned
     fingerprint passes, a wrong one fails with aptkey.sh's message (the one check the image and bundle run too)."""
@@ -236,15 +243,15 @@ def test_the_role_checks_the_key_with_aptkey_sh_and_refuses_a_wrong_fingerprint(
         pytest.skip("gpg is not installed (scripts/ci-prereqs.sh installs it)")
     fingerprint = aptrepo.make_key(tmp_path / "gnupg")
     key = aptrepo.export_key(tmp_path / "gnupg", fingerprint, tmp_path / "key.asc")
-    tasks = yaml.safe_load((ANSIBLE / "roles" / "neuron_repo" / "tasks" / "key.yml").read_text())
+    tasks = _yaml(ANSIBLE / "roles" / "neuron_repo" / "tasks" / "key.yml")
     check = next(task for task in tasks if task["name"].startswith("Check the key's fingerprint"))
-    defaults = yaml.safe_load((ANSIBLE / "roles" / "neuron_repo" / "defaults" / "main.yml").read_text())
+    defaults = _yaml(ANSIBLE / "roles" / "neuron_repo" / "defaults" / "main.yml")
     play = [{"name": "The key check", "hosts": "localhost", "connection": "local", "gather_facts": False,
              "vars": {"neuron_repo_key_check": defaults["neuron_repo_key_check"], "neuron_repo_root": str(REPO),
                       "neuron_repo_key_url": "https://example.invalid/key.asc",
                       "neuron_repo_key_download": {"dest": str(key)}},
              "tasks": [check]}]  # fmt: skip
-    (tmp_path / "play.yml").write_text(yaml.safe_dump(play))
+    (tmp_path / "play.yml").write_text(json.dumps(play))  # JSON is YAML
     for pinned, ok in ((fingerprint.lower(), True), (fingerprint[::-1], False)):
         argv = [
             tool("ansible-playbook"),
