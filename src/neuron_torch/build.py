@@ -18,7 +18,7 @@ from functools import cache
 from pathlib import Path
 from urllib.parse import urlsplit
 
-from neuron_torch.buildargs import build_args
+from neuron_torch.buildargs import DOCKER_TAG, build_args
 from neuron_torch.cellinfo import cell_record, relative
 from neuron_torch.errors import NeuronTorchError
 from neuron_torch.files import check_ca_bundle
@@ -26,12 +26,6 @@ from neuron_torch.lockfile import gate_lock, pip_options, read_lock, read_lock_t
 from neuron_torch.matrix import Cell, Matrix
 
 IMAGE = "neuron-torch"
-# docker's reference grammar (distribution/reference): [host[:port]/]name-components[:tag]
-_TAG = re.compile(
-    r"(?:[a-zA-Z0-9](?:[a-zA-Z0-9.-]*[a-zA-Z0-9])?(?::[0-9]+)?/)?"
-    r"[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*(?:/[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*)*"
-    r"(?::[A-Za-z0-9_][A-Za-z0-9_.-]{0,127})?"
-)
 
 
 @dataclass(frozen=True)
@@ -154,7 +148,7 @@ def plan_image_build(
     if ca_bundle is not None:
         check_ca_bundle(ca_bundle)
     for tag in tags:
-        if not _TAG.fullmatch(tag):
+        if not DOCKER_TAG.fullmatch(tag):
             raise NeuronTorchError(
                 f"--tag {tag!r} is not a docker image reference: NAME[:TAG], lowercase name parts of letters, digits "
                 "and . _ - separated by /, a tag of up to 128 letters, digits, . _ - (e.g. registry.example/ml/nt:1)"

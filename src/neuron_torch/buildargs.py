@@ -3,7 +3,18 @@ lock and cell record) as `--build-arg`s; `build image --dry-run` prints them."""
 
 from __future__ import annotations
 
+import re
+
 from neuron_torch.matrix import AptScope, Cell, Matrix
+
+# docker's reference grammar (distribution/reference): [host[:port]/]name-components[:tag]; a tag to write (--tag)
+DOCKER_TAG = re.compile(
+    r"(?:[a-zA-Z0-9](?:[a-zA-Z0-9.-]*[a-zA-Z0-9])?(?::[0-9]+)?/)?"
+    r"[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*(?:/[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*)*"
+    r"(?::[A-Za-z0-9_][A-Za-z0-9_.-]{0,127})?"
+)
+# an image to build FROM: a tag reference, optionally pinned by digest (registry.example/ubuntu:26.04@sha256:...)
+DOCKER_REFERENCE = re.compile(DOCKER_TAG.pattern + r"(?:@sha256:[0-9a-f]{64})?")
 
 
 def build_args(matrix: Matrix, cell: Cell) -> dict[str, str]:

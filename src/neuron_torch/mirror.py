@@ -2,7 +2,8 @@
 
 One TOML file (see constraints/mirror.example.toml and docs/mirrors.md), named by `--mirror PATH` or the
 NEURON_TORCH_MIRROR environment variable. `apply_mirror` folds it into the matrix, so every consumer (lock, bundle,
-render) sees one release whose URLs are the mirror's; routing (which index serves which package) never changes.
+build image) sees one release whose URLs and base images are the mirror's; routing (which index serves which
+package) never changes.
 
 A CA bundle and proxy credentials are secrets of the build machine: they are passed to builders as build secrets
 or environment, never written into an image layer, an AMI or a generated file, and `redact` hides credentials in
@@ -20,6 +21,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
+from neuron_torch.buildargs import DOCKER_REFERENCE
 from neuron_torch.choices import MIRROR_ENV_VAR
 from neuron_torch.errors import NeuronTorchError
 from neuron_torch.files import check_ca_bundle, read_text
@@ -56,6 +58,7 @@ class Mirror:
     proxy: Proxy = Proxy()
     python_downloads_json_url: str = ""
     python_install_mirror: str = ""
+    images: Mapping[str, str] = field(default_factory=dict)  # a base image of the release -> the reference to use
 
     def describe(self) -> str:
         """A printable summary with credentials redacted."""
@@ -66,6 +69,7 @@ class Mirror:
         if self.python_downloads_json_url or self.python_install_mirror:
             json_url, mirror = redact(self.python_downloads_json_url), redact(self.python_install_mirror)
             lines.append(f"  python downloads: {json_url or 'uv built-in'} (mirror {mirror or 'none'})")
+        lines += [f"  base image {image}: {redact(mirrored)}" for image, mirrored in self.images.items()]
         lines.append(f"  CA bundle: {self.ca_bundle or 'none'}")
         lines.append(f"  proxy: {self.proxy.describe()}")
         return "\n".join(lines)
@@ -96,14 +100,15 @@ def load_mirror(path: Path | str) -> Mirror:
         data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as error:
         raise NeuronTorchError(f"{source}: not valid TOML: {error}") from None
-    unknown = set(data) - {"apt", "indexes", "ca_bundle", "proxy", "python"}
+    unknown = set(data) - {"apt", "indexes", "ca_bundle", "proxy", "python", "images"}
     if unknown:
         raise NeuronTorchError(f"{source}: unknown key(s) {', '.join(sorted(unknown))}; see docs/mirrors.md")
     apt = data.get("apt", {})
     indexes = data.get("indexes", {})
     proxy = data.get("proxy", {})
     python = data.get("python", {})
-    for name, table in (("apt", apt), ("indexes", indexes), ("proxy", proxy), ("python", python)):
+    images = data.get("images", {})
+    for name, table in (("apt", apt), ("indexes", indexes), ("proxy", proxy), ("python", python), ("images", images)):
         if not isinstance(table, Mapping):
             raise NeuronTorchError(f"{source}: [{name}] must be a table")
     unknown_python = set(python) - {"downloads_json_url", "install_mirror"}
@@ -133,7 +138,24 @@ def load_mirror(path: Path | str) -> Mirror:
         ),
         python_downloads_json_url=_str(python, "downloads_json_url", f"{source} [python]"),
         python_install_mirror=_str(python, "install_mirror", f"{source} [python]").rstrip("/"),
+        images=_images(images, source),
     )
+
+
+def _images(table: Mapping[str, Any], source: Path) -> dict[str, str]:
+    """[images]: "ubuntu:26.04" = "registry.example/docker-remote/ubuntu:26.04"; both sides docker references."""
+    images = {}
+    for image in table:
+        mirrored = _str(table, image, f"{source} [images]")
+        for what, reference in (("name", image), ("value", mirrored)):
+            if not DOCKER_REFERENCE.fullmatch(reference):
+                raise NeuronTorchError(
+                    f"{source}: [images] {what} {reference!r} (entry {image!r}) is not a docker image reference: "
+                    "[registry[:port]/]name[:tag][@sha256:digest] with lowercase name parts, e.g. "
+                    '"ubuntu:26.04" = "registry.example/docker-remote/library/ubuntu:26.04" (docs/mirrors.md)'
+                )
+        images[image] = mirrored
+    return images
 
 
 def mirror_from_env(environ: Mapping[str, str] | None = None) -> Mirror | None:
@@ -143,7 +165,11 @@ def mirror_from_env(environ: Mapping[str, str] | None = None) -> Mirror | None:
 
 
 def apply_mirror(matrix: Matrix, mirror: Mirror | None) -> Matrix:
-    """The matrix with the mirror's URLs and key fingerprint; index names must be the release's."""
+    """The matrix with the mirror's URLs, key fingerprint and base images; index names must be the release's.
+
+    An [images] entry names a base image as the release writes it (`ubuntu:26.04`); one the release does not use is
+    left unused (one settings file may serve several releases), and describe() lists every entry.
+    """
     if mirror is None:
         return matrix
     names = {index.name for index in matrix.indexes}
@@ -165,4 +191,9 @@ def apply_mirror(matrix: Matrix, mirror: Mirror | None) -> Matrix:
         downloads_json_url=mirror.python_downloads_json_url or matrix.python_install.downloads_json_url,
         install_mirror=mirror.python_install_mirror or matrix.python_install.install_mirror,
     )
-    return replace(matrix, apt=apt, indexes=indexes, python_install=python_install)
+    systems = {
+        key: replace(system, base_image=mirror.images.get(system.base_image, system.base_image))
+        for key, system in matrix.os.items()
+    }
+    cells = tuple(replace(cell, os=systems[cell.os.id]) for cell in matrix.cells)
+    return replace(matrix, apt=apt, indexes=indexes, python_install=python_install, os=systems, cells=cells)

@@ -21,6 +21,7 @@ from neuron_torch import lockfile as neuron_lockfile
 from neuron_torch.matrix import Cell, Matrix, load_matrix
 from tests.testbed import aptrepo, baseimages, index, locks, server, standalone
 from tests.testbed.cache import Stamps, key
+from tests.testbed.traits import traits
 
 ROOT = Path(__file__).resolve().parents[2]
 # Another folder for a second bed beside this checkout's (scripts/bench-testbed.sh); the tests read the same variable.
@@ -140,11 +141,16 @@ def write_mirror_file(matrix: Matrix) -> None:
     python = ""
     if standalone.standalone_pythons(matrix):
         python = f'\n[python]\ndownloads_json_url = "{server.base_url()}/python/{standalone.METADATA}"\n'
+    # The real release's Ubuntu bases (Docker Hub's ubuntu:24.04 and :26.04, which CI cannot reach) are the twins here
+    # (traits.toml [twins]): as a user's registry mirror maps them, so `build image` of a real cell runs as written.
+    real = load_matrix(ROOT / "constraints" / "matrix.toml")
+    twins = traits()["twins"]
+    images = "".join(f'"{real.os[i].base_image}" = "{twins[i]["image"]}"\n' for i in sorted(twins) if i in real.os)
 
     MIRROR_FILE.write_text(
         "# Written by tests/testbed: the loopback test bed as a mirror (see docs/mirrors.md).\n"
         f'[apt]\nurl = "{matrix.apt.url}"\nkey_url = "{matrix.apt.key_url}"\nkey_fingerprint = "{fingerprint}"\n\n'
-        f"[indexes]\n{indexes}{python}"
+        f"[indexes]\n{indexes}{python}\n[images]\n{images}"
     )
 
 
