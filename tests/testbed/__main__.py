@@ -21,6 +21,7 @@ from neuron_torch import lockfile as neuron_lockfile
 from neuron_torch.matrix import Cell, Matrix, load_matrix
 from tests.testbed import aptrepo, baseimages, index, locks, server, standalone
 from tests.testbed.cache import Stamps, key
+from tests.testbed.filelock import exclusive, write_if_changed
 
 ROOT = Path(__file__).resolve().parents[2]
 # Another folder for a second bed beside this checkout's (scripts/bench-testbed.sh); the tests read the same variable.
@@ -29,6 +30,7 @@ WWW = TESTBED / "www"
 WORK = TESTBED / "work"
 PID_FILE = TESTBED / "server.pid"
 LOG = TESTBED / "server.log"
+BUILD_LOCK = TESTBED / "build.lock"  # one build at a time: test processes side by side each ask for the bed
 MIRROR_FILE = TESTBED / "mirror.toml"
 DEFAULT_MATRIX = ROOT / "constraints" / "test-matrix.toml"
 
@@ -141,11 +143,12 @@ def write_mirror_file(matrix: Matrix) -> None:
     if standalone.standalone_pythons(matrix):
         python = f'\n[python]\ndownloads_json_url = "{server.base_url()}/python/{standalone.METADATA}"\n'
 
-    MIRROR_FILE.write_text(
+    text = (
         "# Written by tests/testbed: the loopback test bed as a mirror (see docs/mirrors.md).\n"
         f'[apt]\nurl = "{matrix.apt.url}"\nkey_url = "{matrix.apt.key_url}"\nkey_fingerprint = "{fingerprint}"\n\n'
         f"[indexes]\n{indexes}{python}"
     )
+    write_if_changed(MIRROR_FILE, text.encode())  # readers in other test processes never see it half-written
 
 
 def serve() -> None:
@@ -187,7 +190,8 @@ def main(argv: list[str] | None = None) -> int:
     matrix = load_matrix(args.matrix)
     started = time.monotonic()
     if args.command == "build":
-        build(matrix, args.bases)
+        with exclusive(BUILD_LOCK):
+            build(matrix, args.bases)
         print(f"testbed: ready in {time.monotonic() - started:.1f} s")
     elif args.command == "serve":
         serve()
