@@ -30,6 +30,13 @@ fi
 if ((tests)); then
   workers=${NEURON_TORCH_TEST_WORKERS:-3}
   parallel=()
-  if ((workers > 0)); then parallel=(-n "$workers" --dist loadgroup --no-loadscope-reorder); fi
-  "$venv/python" -m pytest "${parallel[@]}" --durations=30 "$@"
+  # by unit of work, longest first: the scheduler in tests/conftest.py
+  if ((workers > 0)); then parallel=(-n "$workers" --dist loadfile); fi
+  # A short temporary root: each worker adds popen-gwN/ to it, and a test's folder must still hold a Unix socket
+  # path (108 bytes), as Ansible's controller makes one under TMPDIR. Kept when a test failed, for a look.
+  basetemp=$(mktemp -d /tmp/nt-test.XXXXXX)
+  status=0
+  "$venv/python" -m pytest "${parallel[@]}" --basetemp="$basetemp" --durations=30 "$@" || status=$?
+  if ((status)); then echo "test.sh: the tests' folders are kept in $basetemp"; else rm -rf "$basetemp"; fi
+  exit "$status"
 fi

@@ -33,7 +33,7 @@ def release_copy(tmp_path: Path) -> Path:
     return tmp_path
 
 
-# --- lanes: how scripts/test.sh runs the files side by side (pytest-xdist, --dist loadgroup) --------------------------
+# --- lanes: how scripts/test.sh runs the files side by side (pytest-xdist, 3 workers) --------------------------------
 # Each file is one unit of work, run whole by one worker (its module fixtures are built once), except files that share
 # a resource no two processes may use at once; those are one unit:
 # - test_image and test_field_check: the test cell's image `neuron-torch:<cell>` (+ `:latest`) and its build context
@@ -41,9 +41,9 @@ def release_copy(tmp_path: Path) -> Path:
 # - smoke test_faults and test_verify_device: the session's whole clean run on the simulated device (clean_sim_run),
 #   made once in the worker that runs both.
 # Everything else two workers may share is safe side by side: the test bed's build takes a file lock and rewrites no
-# file it already holds (tests/testbed/cache.py), base images are built under a lock, container names and SSH ports
-# are per run (uuid prefixes, free ports), tmp_path is per worker, the simulated device's build is locked by torch.
-# A new file that writes a fixed path or tag another file also writes joins that file's group here.
+# file it already holds (tests/testbed/filelock.py), container names and SSH ports are per run (uuid prefixes, free
+# ports), tmp_path is per worker, the simulated device's build is locked by torch. A new file that writes a fixed
+# path or image tag another file also writes joins that file's unit here.
 SHARED = {
     "tests/test_image.py": "image",
     "tests/test_field_check.py": "image",
@@ -71,20 +71,33 @@ SECONDS = {
 }
 
 
-def lane_group(item: pytest.Item) -> str:
-    path = Path(str(item.path)).relative_to(REPO).as_posix()
+def lane_unit(nodeid: str) -> str:
+    """The unit of work a test belongs to: its file, or the shared unit its file is in."""
+    path = nodeid.split("::", 1)[0]
     return SHARED.get(path, path)
 
 
+@pytest.hookimpl(optionalhook=True, tryfirst=True)
+def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
+    """xdist's loadscope scheduling with lane_unit as the scope: a unit goes whole to one worker, the next unit in
+    collection order to the first worker that runs low. (Its loadgroup mode cannot be used: it renames node ids,
+    which pytest 9.2 no longer allows.)"""
+    from xdist.scheduler import LoadScopeScheduling
+
+    class LaneScheduling(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            return lane_unit(nodeid)
+
+    config.option.loadscopereorder = False  # keep the order below, longest first, not xdist's by test count
+    return LaneScheduling(config, log)
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """In an xdist worker: mark each test with its unit (xdist_group) and put the longest units first (test.sh passes
-    --no-loadscope-reorder, so the workers take them in this order)."""
+    """In an xdist worker (whose collection the scheduler takes in order): the longest units first."""
     if not hasattr(config, "workerinput"):
         return
     order = {id(item): index for index, item in enumerate(items)}
-    for item in items:
-        item.add_marker(pytest.mark.xdist_group(lane_group(item)))
-    items.sort(key=lambda item: (-SECONDS.get(lane_group(item), 0), lane_group(item), order[id(item)]))
+    items.sort(key=lambda i: (-SECONDS.get(lane_unit(i.nodeid), 0), lane_unit(i.nodeid), order[id(i)]))
 
 
 _unit_seconds: dict[tuple[str, str], float] = {}
@@ -93,7 +106,7 @@ _unit_seconds: dict[tuple[str, str], float] = {}
 def pytest_runtest_logreport(report: pytest.TestReport) -> None:
     node = getattr(report, "node", None)  # the worker that ran it (xdist's controller only)
     if node is not None:
-        key = (node.gateway.id, report.nodeid.rpartition("@")[2] if "@" in report.nodeid else report.nodeid)
+        key = (node.gateway.id, lane_unit(report.nodeid))
         _unit_seconds[key] = _unit_seconds.get(key, 0.0) + report.duration
 
 
