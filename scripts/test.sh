@@ -32,6 +32,10 @@ if ((tests)); then
   parallel=()
   # by unit of work, longest first: the scheduler in tests/conftest.py
   if ((workers > 0)); then parallel=(-n "$workers" --dist loadfile); fi
+  # The test bed is built (or found fresh) before the workers start: a test that asks for it while another reads it
+  # would otherwise rebuild a stale stage (a new apt key, new locks) under a converge in flight. Without its tools
+  # (docker, gpg, ...) it says why, and the tests that need it skip saying why.
+  if ((workers > 0)); then scripts/testbed.sh build || echo "test.sh: the test bed did not build (see above)"; fi
   # A short temporary root: each worker adds popen-gwN/ to it, and a test's folder must still hold a Unix socket
   # path (108 bytes), as Ansible's controller makes one under TMPDIR. Kept when a test failed, for a look.
   basetemp=$(mktemp -d /tmp/nt-test.XXXXXX)

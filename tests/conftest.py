@@ -50,24 +50,25 @@ SHARED = {
     "tests/smoke/test_faults.py": "smoke-clean-run",
     "tests/smoke/test_verify_device.py": "smoke-clean-run",
 }
-# Seconds each unit took in the last CI run (pytest --durations=0), only to start the longest first: an unlisted file
-# counts as quick. Wrong numbers cost time, never correctness.
+# Seconds each unit took with 3 workers on the loaded 2-core machine (the "lanes" summary of scripts/test.sh), only
+# to start the longest first: an unlisted file counts as quick. Wrong numbers cost time, never correctness.
 SECONDS = {
-    "tests/test_ansible.py": 480,
-    "tests/test_fleet.py": 360,
-    "smoke-clean-run": 330,
-    "tests/test_packer.py": 250,
-    "image": 200,
-    "tests/smoke/test_evaluate.py": 140,
-    "tests/test_pip_tools.py": 90,
-    "tests/test_quickstart.py": 60,
-    "tests/smoke/test_runtime_rules.py": 50,
-    "tests/test_testbed.py": 40,
-    "tests/smoke/test_launchers.py": 30,
-    "tests/test_release_bump.py": 25,
-    "tests/test_install.py": 20,
-    "tests/test_testbed_secrets.py": 20,
-    "tests/test_traits.py": 20,
+    "image": 1118,
+    "tests/test_fleet.py": 742,
+    "tests/test_packer.py": 719,
+    "tests/test_ansible.py": 635,
+    "smoke-clean-run": 491,
+    "tests/test_pip_tools.py": 149,
+    "tests/smoke/test_evaluate.py": 86,
+    "tests/test_quickstart.py": 75,
+    "tests/smoke/test_runtime_rules.py": 62,
+    "tests/test_lock_gate.py": 38,
+    "tests/test_release_bump.py": 36,
+    "tests/test_bundle.py": 33,
+    "tests/test_lock.py": 33,
+    "tests/test_install.py": 30,
+    "tests/test_testbed_secrets.py": 30,
+    "tests/smoke/test_launchers.py": 22,
 }
 
 
