@@ -2,6 +2,7 @@ from __future__ import annotations
 
 import shutil
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -30,3 +31,93 @@ def release_copy(tmp_path: Path) -> Path:
         target.parent.mkdir(parents=True, exist_ok=True)
         shutil.copy(path, target)
     return tmp_path
+
+
+# --- lanes: how scripts/test.sh runs the files side by side (pytest-xdist, 3 workers) --------------------------------
+# Each file is one unit of work, run whole by one worker (its module fixtures are built once), except files that share
+# a resource no two processes may use at once; those are one unit:
+# - test_image and test_field_check: the test cell's image `neuron-torch:<cell>` (+ `:latest`) and its build context
+#   build/image/<cell>-<digest>/, which both rewrite (the image fixture; field-check's `build image`).
+# - smoke test_faults and test_verify_device: the session's whole clean run on the simulated device (clean_sim_run),
+#   made once in the worker that runs both.
+# Everything else two workers may share is safe side by side: the test bed's build takes a file lock and rewrites no
+# file it already holds (tests/testbed/filelock.py), container names and SSH ports are per run (uuid prefixes, free
+# ports), tmp_path is per worker, the simulated device's build is locked by torch. A new file that writes a fixed
+# path or image tag another file also writes joins that file's unit here.
+SHARED = {
+    "tests/test_image.py": "image",
+    "tests/test_field_check.py": "image",
+    "tests/smoke/test_faults.py": "smoke-clean-run",
+    "tests/smoke/test_verify_device.py": "smoke-clean-run",
+}
+# Seconds each unit took with 3 workers on the loaded 2-core machine (the "lanes" summary of scripts/test.sh), only
+# to start the longest first: an unlisted file counts as quick. Wrong numbers cost time, never correctness.
+SECONDS = {
+    "image": 1118,
+    "tests/test_fleet.py": 742,
+    "tests/test_packer.py": 719,
+    "tests/test_ansible.py": 635,
+    "smoke-clean-run": 491,
+    "tests/test_pip_tools.py": 149,
+    "tests/smoke/test_evaluate.py": 86,
+    "tests/test_quickstart.py": 75,
+    "tests/smoke/test_runtime_rules.py": 62,
+    "tests/test_lock_gate.py": 38,
+    "tests/test_release_bump.py": 36,
+    "tests/test_bundle.py": 33,
+    "tests/test_lock.py": 33,
+    "tests/test_install.py": 30,
+    "tests/test_testbed_secrets.py": 30,
+    "tests/smoke/test_launchers.py": 22,
+}
+
+
+def lane_unit(nodeid: str) -> str:
+    """The unit of work a test belongs to: its file, or the shared unit its file is in."""
+    path = nodeid.split("::", 1)[0]
+    return SHARED.get(path, path)
+
+
+@pytest.hookimpl(optionalhook=True, tryfirst=True)
+def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
+    """xdist's loadscope scheduling with lane_unit as the scope: a unit goes whole to one worker, the next unit in
+    collection order to the first worker that runs low. (Its loadgroup mode cannot be used: it renames node ids,
+    which pytest 9.2 no longer allows.)"""
+    from xdist.scheduler import LoadScopeScheduling
+
+    class LaneScheduling(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            return lane_unit(nodeid)
+
+    config.option.loadscopereorder = False  # keep the order below, longest first, not xdist's by test count
+    return LaneScheduling(config, log)
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """In an xdist worker (whose collection the scheduler takes in order): the longest units first."""
+    if not hasattr(config, "workerinput"):
+        return
+    order = {id(item): index for index, item in enumerate(items)}
+    items.sort(key=lambda i: (-SECONDS.get(lane_unit(i.nodeid), 0), lane_unit(i.nodeid), order[id(i)]))
+
+
+_unit_seconds: dict[tuple[str, str], float] = {}
+
+
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    node = getattr(report, "node", None)  # the worker that ran it (xdist's controller only)
+    if node is not None:
+        key = (node.gateway.id, lane_unit(report.nodeid))
+        _unit_seconds[key] = _unit_seconds.get(key, 0.0) + report.duration
+
+
+def pytest_terminal_summary(terminalreporter: Any) -> None:
+    """Per worker: its units and their seconds (setup, call and teardown of each test), the numbers that balance the
+    lanes (SECONDS above)."""
+    if not _unit_seconds:
+        return
+    terminalreporter.section("lanes (seconds per worker and unit)")
+    for worker in sorted({w for w, _ in _unit_seconds}):
+        units = sorted(((s, u) for (w, u), s in _unit_seconds.items() if w == worker), reverse=True)
+        shown = ", ".join(f"{u} {s:.0f}" for s, u in units if s >= 5)
+        terminalreporter.write_line(f"{worker}: {sum(s for s, _ in units):.0f} s: {shown}")

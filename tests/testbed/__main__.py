@@ -21,6 +21,7 @@ from neuron_torch import lockfile as neuron_lockfile
 from neuron_torch.matrix import Cell, Matrix, load_matrix
 from tests.testbed import aptrepo, baseimages, index, locks, server, standalone
 from tests.testbed.cache import Stamps, key
+from tests.testbed.filelock import exclusive, write_if_changed
 from tests.testbed.traits import traits
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -30,6 +31,7 @@ WWW = TESTBED / "www"
 WORK = TESTBED / "work"
 PID_FILE = TESTBED / "server.pid"
 LOG = TESTBED / "server.log"
+BUILD_LOCK = TESTBED / "build.lock"  # one build at a time: test processes side by side each ask for the bed
 MIRROR_FILE = TESTBED / "mirror.toml"
 DEFAULT_MATRIX = ROOT / "constraints" / "test-matrix.toml"
 
@@ -147,11 +149,12 @@ def write_mirror_file(matrix: Matrix) -> None:
     twins = traits()["twins"]
     images = "".join(f'"{real.os[i].base_image}" = "{twins[i]["image"]}"\n' for i in sorted(twins) if i in real.os)
 
-    MIRROR_FILE.write_text(
+    text = (
         "# Written by tests/testbed: the loopback test bed as a mirror (see docs/mirrors.md).\n"
         f'[apt]\nurl = "{matrix.apt.url}"\nkey_url = "{matrix.apt.key_url}"\nkey_fingerprint = "{fingerprint}"\n\n'
         f"[indexes]\n{indexes}{python}\n[images]\n{images}"
     )
+    write_if_changed(MIRROR_FILE, text.encode())  # readers in other test processes never see it half-written
 
 
 def serve() -> None:
@@ -193,7 +196,8 @@ def main(argv: list[str] | None = None) -> int:
     matrix = load_matrix(args.matrix)
     started = time.monotonic()
     if args.command == "build":
-        build(matrix, args.bases)
+        with exclusive(BUILD_LOCK):
+            build(matrix, args.bases)
         print(f"testbed: ready in {time.monotonic() - started:.1f} s")
     elif args.command == "serve":
         serve()

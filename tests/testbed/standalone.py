@@ -19,6 +19,7 @@ from pathlib import Path
 from neuron_torch.matrix import Matrix
 from tests.testbed import baseimages
 from tests.testbed.cache import HERE, key
+from tests.testbed.filelock import write_if_changed
 from tests.testbed.traits import traits
 
 SCRIPT = HERE / "python-archive.sh"
@@ -95,17 +96,20 @@ def metadata_entry(archive: Path, full_version: str, url: str) -> tuple[str, dic
 
 
 def publish(archives: dict[str, Path], www: Path, base_url: str) -> Path:
-    """Copy the archives to www/python/ and write the download metadata naming them under base_url."""
+    """Copy the archives to www/python/ and write the download metadata naming them under base_url. What is already
+    there and the same is left alone (nothing is removed and written again), so a cached build never pulls a file
+    from under a download in flight."""
     folder = www / "python"
-    shutil.rmtree(folder, ignore_errors=True)
-    folder.mkdir(parents=True)
+    folder.mkdir(parents=True, exist_ok=True)
     metadata = {}
     for archive in archives.values():
-        shutil.copy2(archive, folder / archive.name)
+        write_if_changed(folder / archive.name, archive.read_bytes())
         full_version = (archive.parent / "version.txt").read_text().strip()
         name, entry = metadata_entry(archive, full_version, f"{base_url}/python/{archive.name}")
         metadata[name] = entry
-    (folder / METADATA).write_text(json.dumps(metadata, indent=2, sort_keys=True) + "\n")
+    for stale in set(folder.iterdir()) - {folder / a.name for a in archives.values()} - {folder / METADATA}:
+        stale.unlink(missing_ok=True)
+    write_if_changed(folder / METADATA, (json.dumps(metadata, indent=2, sort_keys=True) + "\n").encode())
     return folder / METADATA
 
 
