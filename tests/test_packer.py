@@ -351,12 +351,13 @@ def docker_builds() -> dict[str, int]:
     """The three cells' `packer build -only=docker.local`, run side by side after each was prepared (lock gate,
     fmt -check, validate) in turn; each build's log is build/packer/<cell>/packer.log.
 
-    Why three builds at once: measured on the 2-core machine (tests/test_packer.py --durations=0, see the commit
-    log), the debian12 build alone took about 180 s and the three side by side about the same plus a minute, while
-    one after another would add two twin builds (about two minutes each). The debian12 build stays: it is the one
-    converge of the real CPU torch with every verify-device stage after it, proven nowhere else (test_image runs
-    verify-device in the Dockerfile's image, not after the Ansible provisioning; molecule and the fleet run the
-    environment stage only)."""
+    Why three builds at once: a Packer build is one cell (one var file), so the twins cannot be two sources of one
+    `packer build`; separate builds side by side give the same parallelism. The debian12 build (180 s of CI alone
+    at the last landing) is mostly verify-device's compute on real torch; the twin builds are mostly apt, pip and
+    Ansible round trips on fixture wheels, so they overlap it instead of adding their full time. The debian12 build
+    stays: it is the one converge of the real CPU torch with every verify-device stage after it, proven nowhere
+    else (test_image runs verify-device in the Dockerfile's image, not after the Ansible provisioning; molecule and
+    the fleet run the environment stage only)."""
     testbed = Path(os.environ.get("NEURON_TORCH_TESTBED_DIR", REPO / ".testbed"))
     test_matrix = load_matrix(REPO / "constraints" / "test-matrix.toml")
     missing = _build_problems(test_matrix, testbed)
