@@ -58,7 +58,7 @@ source "amazon-ebs" "ubuntu" {
   ami_users          = var.ami_users
 
   ami_name        = local.ami_name
-  ami_description = "neuron-torch ${var.cell_id} (${var.release}; torch-neuronx ${var.pins["torch-neuronx"]}, torch ${var.pins["torch"]}) on ${var.os_id}"
+  ami_description = "neuron-torch ${var.cell_id} (${local.cell.release}; torch-neuronx ${local.cell.torch_neuronx}, torch ${local.cell.torch}) on ${local.cell.os}"
   tags            = local.tags
   snapshot_tags   = local.tags
   run_tags        = { Name = "packer ${local.ami_name}", "neuron-torch:cell" = var.cell_id }

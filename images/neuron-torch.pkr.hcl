@@ -4,35 +4,48 @@
 # packer build -var-file=images/cells/<cell>.pkrvars.hcl -only=docker.local images/   (see images/README.md)
 
 locals {
+  # The cell's facts, from its versioned record (cell.pkr.hcl refuses a record of another schema version).
+  cell = jsondecode(file(abspath(var.cell_file)))
+  # The direct pip pins (a release without neuronx-cc or nki has null there) and every Neuron apt pin.
+  pins = { for name, version in {
+    "torch-neuronx" = local.cell.torch_neuronx
+    "torch"         = local.cell.torch
+    "neuronx-cc"    = local.cell.neuronx_cc
+    "nki"           = local.cell.nki
+  } : name => version if version != null }
+  apt_pins  = merge(local.cell.apt_host, local.cell.apt)
+  lock_file = var.lock_file != "" ? var.lock_file : local.cell.lock
+
   build_dir = "${var.repo_root}/${var.build_dir}/${var.cell_id}"
   timestamp = formatdate("YYYYMMDDhhmmss", timestamp())
-  ami_name  = "${var.ami_name_prefix}-${var.cell_id}-${var.release}-${local.timestamp}"
+  ami_name  = "${var.ami_name_prefix}-${var.cell_id}-${local.cell.release}-${local.timestamp}"
   labels = merge(
     {
       "neuron-torch.cell"       = var.cell_id
-      "neuron-torch.release"    = var.release
-      "neuron-torch.os"         = var.os_id
-      "neuron-torch.python"     = var.python
-      "neuron-torch.base-image" = var.base_image
+      "neuron-torch.release"    = local.cell.release
+      "neuron-torch.os"         = local.cell.os
+      "neuron-torch.python"     = local.cell.python
+      "neuron-torch.base-image" = local.cell.base_image
     },
-    { for name, version in var.pins : "neuron-torch.pin.${name}" => version },
-    { for name, version in var.apt_pins : "neuron-torch.apt.${name}" => version },
+    { for name, version in local.pins : "neuron-torch.pin.${name}" => version },
+    { for name, version in local.apt_pins : "neuron-torch.apt.${name}" => version },
   )
   tags = merge(
     {
       Name                      = local.ami_name
       "neuron-torch:cell"       = var.cell_id
-      "neuron-torch:release"    = var.release
-      "neuron-torch:os"         = var.os_id
-      "neuron-torch:python"     = var.python
+      "neuron-torch:release"    = local.cell.release
+      "neuron-torch:os"         = local.cell.os
+      "neuron-torch:python"     = local.cell.python
       "neuron-torch:source-ami" = var.source_ami_name
     },
-    { for name, version in var.pins : "neuron-torch:pin:${name}" => version },
-    { for name, version in var.apt_pins : "neuron-torch:apt:${name}" => version },
+    { for name, version in local.pins : "neuron-torch:pin:${name}" => version },
+    { for name, version in local.apt_pins : "neuron-torch:apt:${name}" => version },
   )
   playbook_vars = merge(
     {
       neuron_cell         = var.cell_id
+      neuron_lock_file    = abspath("${var.repo_root}/${local.lock_file}")
       neuron_release_vars = abspath("${var.repo_root}/${var.ansible_vars_file}")
       neuron_repo_root    = abspath(var.repo_root)
     },
@@ -41,7 +54,7 @@ locals {
 }
 
 source "docker" "local" {
-  image  = var.base_image
+  image  = local.cell.base_image
   pull   = false
   commit = true
   # Host networking: the build reaches the loopback mirrors (the test bed serves on 127.0.0.1).
@@ -62,6 +75,19 @@ build {
   provisioner "shell" {
     only   = ["amazon-ebs.ubuntu"]
     script = "${var.repo_root}/images/scripts/imds-check.sh"
+  }
+
+  # Canonical's AMIs start with python3 (cloud-init's) and sudo (tests/testbed/traits.toml [ami.python3], [ami.sudo]);
+  # the ubuntu container images the docker source starts from have neither ([container.no_python3]), and Ansible needs
+  # python3 on its target. Give the container what an AMI starts with, and nothing more (apt lists go in the cleanup).
+  provisioner "shell" {
+    only = ["docker.local"]
+    inline = [
+      "if [ -x /usr/bin/python3 ] && [ -x /usr/bin/sudo ]; then echo 'python3 and sudo: present'; exit 0; fi",
+      "apt-get update -qq",
+      "DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends python3 sudo >/dev/null",
+      "echo 'python3 and sudo: installed, as an Ubuntu AMI has them'",
+    ]
   }
 
   # The Ansible route's playbook, unchanged: the same provisioning on an AMI, a host and this container.
@@ -122,8 +148,8 @@ build {
       "TESTINFRA_TARGET=host",
       "TESTINFRA_SSH_MASTER=keep",
       "TESTINFRA_JUNIT=testinfra-before-cleanup.xml",
-      "CELL_FILE=${var.repo_root}/${var.cell_file}",
-      "LOCK_FILE=${var.repo_root}/${var.lock_file}",
+      "CELL_FILE=${abspath(var.cell_file)}",
+      "LOCK_FILE=${abspath("${var.repo_root}/${local.lock_file}")}",
       "REPORT_DIR=${local.build_dir}",
     ]
     script = "${var.repo_root}/images/scripts/testinfra.sh"
@@ -168,8 +194,8 @@ build {
       "TESTINFRA_TARGET=host",
       "TESTINFRA_SSH_MASTER=reuse",
       "TESTINFRA_CAPTURED=true",
-      "CELL_FILE=${var.repo_root}/${var.cell_file}",
-      "LOCK_FILE=${var.repo_root}/${var.lock_file}",
+      "CELL_FILE=${abspath(var.cell_file)}",
+      "LOCK_FILE=${abspath("${var.repo_root}/${local.lock_file}")}",
       "REPORT_DIR=${local.build_dir}",
     ]
     script = "${var.repo_root}/images/scripts/testinfra.sh"
@@ -184,8 +210,8 @@ build {
       # Ansible provisioned this container exactly as it provisions an AMI: it is checked as a host.
       "TESTINFRA_TARGET=host",
       "TESTINFRA_CAPTURED=true",
-      "CELL_FILE=${var.repo_root}/${var.cell_file}",
-      "LOCK_FILE=${var.repo_root}/${var.lock_file}",
+      "CELL_FILE=${abspath(var.cell_file)}",
+      "LOCK_FILE=${abspath("${var.repo_root}/${local.lock_file}")}",
       "REPORT_DIR=${local.build_dir}",
     ]
     script = "${var.repo_root}/images/scripts/testinfra.sh"
@@ -202,7 +228,7 @@ build {
     strip_path = true
     custom_data = {
       cell         = var.cell_id
-      release      = var.release
+      release      = local.cell.release
       version_info = "${var.build_dir}/${var.cell_id}/version-info.json"
     }
   }

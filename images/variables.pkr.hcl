@@ -1,26 +1,10 @@
-# Inputs of the neuron-torch images. The cell's facts come from its rendered variables file
-# (images/cells/<cell>.pkrvars.hcl, from constraints/matrix.toml; `cell_id` is declared in cell-id.pkr.hcl);
-# the build's own settings (region, instance type, controller paths) have defaults below.
+# Inputs of the neuron-torch images. The cell's facts come from its record (constraints/generated/<cell>.json, read
+# with jsondecode(file(var.cell_file))) and what the record does not hold from its rendered variables file
+# (images/cells/<cell>.pkrvars.hcl, from constraints/matrix.toml); the build's own settings (region, instance type,
+# controller paths) have defaults below.
 
 # ---- Rendered per cell (do not pass by hand: use -var-file=images/cells/<cell>.pkrvars.hcl) ----
-variable "release" {
-  type        = string
-  description = "The Neuron release name of the matrix, e.g. neuron-2.33.0."
-}
-
-variable "python" {
-  type = string
-}
-
-variable "os_id" {
-  type = string
-}
-
-variable "base_image" {
-  type        = string
-  description = "The local Docker image the docker source starts from (never pulled)."
-}
-
+# cell_id and cell_file are declared in cell.pkr.hcl (rendered: the supported cells, the record's schema version).
 variable "source_ami_name" {
   type        = string
   description = "The exact name of the source AMI (Canonical's), pinned in the matrix; see scripts/refresh-source-ami.sh."
@@ -32,32 +16,18 @@ variable "source_ami_owner" {
   default = ""
 }
 
-variable "pins" {
-  type        = map(string)
-  description = "The cell's direct pip pins: name -> version (or family pattern fixed by the lock)."
-}
-
-variable "apt_pins" {
-  type        = map(string)
-  description = "Neuron apt packages: name -> version (installed as name=version*)."
-}
-
-variable "cell_file" {
-  type        = string
-  description = "The cell's rendered record (JSON, src/neuron_torch/cell.schema.json), relative to repo_root."
-}
-
-variable "lock_file" {
-  type        = string
-  description = "The cell's hash lock, relative to repo_root (neuron-torch lock --cell ID writes it)."
-}
-
 variable "ansible_vars_file" {
   type        = string
   description = "The release vars the playbook reads (neuron_release_vars), rendered from the same matrix."
 }
 
 # ---- Build settings ----
+variable "lock_file" {
+  type        = string
+  description = "The hash lock to install, relative to repo_root; empty: the cell record's lock (neuron-torch lock --cell ID writes it)."
+  default     = ""
+}
+
 variable "repo_root" {
   type        = string
   description = "The neuron-torch checkout (paths above are relative to it). Run packer from it, or set it."
@@ -126,10 +96,12 @@ variable "ansible_playbook_command" {
   default     = ".venv-ansible/bin/ansible-playbook"
 }
 
+# No type: a value may hold lists and maps (python_env_index_overrides, neuron_verify_extra_args), and Packer 1.6.6
+# has no `any`; without a type and with a null default, Packer keeps the value as given (an {} default would drop
+# every key given).
 variable "ansible_extra_vars" {
-  type        = map(string)
-  description = "More playbook variables (mirror settings, CA bundle); they override the defaults of the build."
-  default     = {}
+  description = "More playbook variables as an object (mirror settings, CA bundle, verify-device arguments); they override the build's."
+  default     = null
 }
 
 variable "testinfra_python" {

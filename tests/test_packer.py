@@ -12,18 +12,28 @@ import subprocess
 import sys
 import tempfile
 import tomllib
-import urllib.request
 import xml.etree.ElementTree as ET
 from pathlib import Path
+from typing import Any
 
 import pytest
 
+from neuron_torch.cellrecord import schema_version
 from neuron_torch.cli import main as cli_main
 from neuron_torch.errors import NeuronTorchError
 from neuron_torch.matrix import Matrix, load_matrix
-from neuron_torch.packer import build, fmt_check, is_legacy, packer_version, stage_templates, validate
+from neuron_torch.packer import (
+    build,
+    fmt_check,
+    is_legacy,
+    packer_version,
+    prepare_build,
+    stage_templates,
+    validate,
+)
 from neuron_torch.render_packer import cell_var_file, var_file_path
 from tests.testbed.fixture_indexes import build_release_indexes
+from tests.testbed.server import base_url, served_token
 
 REPO = Path(__file__).resolve().parents[1]
 TEST_CELL = "2.13-py3.11-debian12"
@@ -31,16 +41,48 @@ TEST_CELL = "2.13-py3.11-debian12"
 needs_packer = pytest.mark.skipif(shutil.which("packer") is None, reason="packer is not installed")
 
 
-def test_rendered_var_files_hold_every_pin(matrix: Matrix) -> None:
+def test_rendered_var_files_hold_only_what_the_cell_record_does_not(matrix: Matrix) -> None:
+    """Issue 17: the templates read the cell's facts from its versioned record; the variables file names the record
+    and holds only what it lacks (Canonical's source AMI, the release vars the playbook reads): no pin in it."""
     cell = matrix.cell(matrix.release.default_cell)
     text = cell_var_file(matrix, cell)
     assert var_file_path(matrix, cell) == REPO / "images" / "cells" / f"{cell.id}.pkrvars.hcl"
-    assert f'cell_id           = "{cell.id}"' in text
-    assert f'source_ami_name   = "{cell.os.source_ami_name}"' in text
-    for name, version in cell.pins.items():
-        assert f'"{name}" = "{version}"' in text
-    for package in matrix.apt.packages:
-        assert f'"{package.name}" = "{package.version}"' in text
+    assigned = dict(re.findall(r'^(\w+)\s+= "([^"]*)"$', text, re.MULTILINE))
+    assert set(assigned) == {"cell_id", "cell_file", "source_ami_name", "source_ami_owner", "ansible_vars_file"}
+    assert assigned["cell_id"] == cell.id and REPO / assigned["cell_file"] == cell.record_path
+    assert assigned["source_ami_name"] == cell.os.source_ami_name
+    for version in [*cell.pins.values(), *(package.version for package in matrix.apt.packages)]:
+        assert version not in text
+    record = json.loads(cell.record_path.read_text())
+    assert record["schema"] == schema_version() and record["id"] == cell.id
+    templates = "".join(path.read_text() for path in sorted((REPO / "images").glob("*.pkr.hcl")))
+    assert "jsondecode(file(abspath(var.cell_file)))" in templates
+
+
+def test_every_declared_packer_variable_is_read() -> None:
+    templates = {path.name: path.read_text() for path in sorted((REPO / "images").glob("*.pkr.hcl"))}
+    declared = [name for text in templates.values() for name in re.findall(r'^variable "(\w+)"', text, re.MULTILINE)]
+    unread = [name for name in declared if not any(f"var.{name}" in text for text in templates.values())]
+    assert declared and not unread, unread
+
+
+@needs_packer
+def test_a_cell_record_of_another_schema_version_is_refused_by_validation(
+    matrix: Matrix, tmp_path: Path, capfd: pytest.CaptureFixture[str]
+) -> None:
+    cell = matrix.cell(matrix.release.default_cell)
+    record = json.loads(cell.record_path.read_text())
+    variants = {"same": record, "next": {**record, "schema": schema_version() + 1}}
+    variants["none"] = {key: value for key, value in record.items() if key != "schema"}
+    for name, data in variants.items():
+        (tmp_path / f"{name}.json").write_text(json.dumps(data))
+    assert validate(matrix, cell.id, extra=[f"-var=cell_file={tmp_path / 'same.json'}"]) == 0
+    capfd.readouterr()
+    for name in ("next", "none", "missing"):
+        assert validate(matrix, cell.id, extra=[f"-var=cell_file={tmp_path / name}.json"]) != 0, name
+        out = capfd.readouterr()
+        text = " ".join((out.out + out.err).split())
+        assert f"The cell_file must be a cell record of schema {schema_version()}" in text, text
 
 
 def test_amazon_ebs_source_requires_imdsv2_and_encrypted_gp3() -> None:
@@ -259,75 +301,127 @@ def test_amazon_ebs_build_refused_on_legacy_packer(matrix: Matrix, tmp_path: Pat
         build(matrix, cell.id, only="amazon-ebs", lock=lock)
 
 
-def _testbed_up() -> bool:
+# The Packer docker builds of the test release: the real CPU torch cell (every verify-device stage, on the CPU) and
+# one Ubuntu twin cell per Python route (fixture torch: verify-device's environment stage, the one whose verdict is
+# real there, as the fleet runs it; tests/test_fleet.py).
+BUILD_CELLS = {
+    TEST_CELL: ["all"],
+    "2.13-py3.13-ubuntu24.04": ["--stages", "environment"],  # distro route, Ubuntu 24.04 twin
+    "2.13-py3.13-ubuntu26.04": ["--stages", "environment"],  # uv-standalone route, Ubuntu 26.04 twin
+}
+COMPUTED = ("environment", "device", "matmul", "model", "compile", "collectives")
+
+
+def _build_problems(test_matrix: Matrix, testbed: Path) -> list[str]:
+    missing = []
+    if shutil.which("docker") is None or subprocess.run(["docker", "info"], capture_output=True).returncode != 0:
+        return ["docker"]
+    for cell_id in BUILD_CELLS:
+        cell = test_matrix.cell(cell_id)
+        if subprocess.run(["docker", "image", "inspect", cell.os.base_image], capture_output=True).returncode != 0:
+            missing.append(f"the base image {cell.os.base_image} (scripts/testbed.sh build)")
+        if not cell.lock_path.is_file():
+            missing.append(f"the lock of {cell_id} (scripts/testbed.sh build)")
+    if served_token() is None:
+        missing.append(f"the test bed serving on {base_url()} (scripts/testbed.sh build)")
+    if not (REPO / ".venv-ansible" / "bin" / "ansible-playbook").is_file():
+        missing.append(".venv-ansible (the Ansible controller venv)")
+    if not (testbed / "mirror.toml").is_file():
+        missing.append(f"{testbed}/mirror.toml (scripts/testbed.sh build)")
+    return missing
+
+
+def _playbook_vars(cell_id: str, mirror: dict[str, Any]) -> dict[str, Any]:
+    """verify-device run inside the build on the CPU (as on a build instance with a Neuron device), the apt key
+    checked against the test bed's fingerprint, and the test bed as the mirror (docs/mirrors.md) as molecule passes
+    it: uv from its pypi index, hash-checked, and the standalone interpreter from its download metadata."""
+    return {
+        "neuron_verify_run": "always",
+        "neuron_verify_device": "cpu",
+        "neuron_verify_extra_args": [] if BUILD_CELLS[cell_id] == ["all"] else BUILD_CELLS[cell_id],
+        "neuron_verify_fetch_dir": str(REPO / "build" / "packer" / cell_id / "reports"),
+        "neuron_repo_key_fingerprint": mirror["apt"]["key_fingerprint"],
+        "python_env_index_overrides": {"pypi": mirror["indexes"]["pypi"]},
+        "python_env_uv_python_downloads_json_url": mirror["python"]["downloads_json_url"],
+    }
+
+
+@pytest.fixture(scope="module")
+def docker_builds() -> dict[str, int]:
+    """The three cells' `packer build -only=docker.local`, run side by side after each was prepared (lock gate,
+    fmt -check, validate) in turn; each build's log is build/packer/<cell>/packer.log.
+
+    Why three builds at once: a Packer build is one cell (one var file), so the twins cannot be two sources of one
+    `packer build`; separate builds side by side give the same parallelism. The debian12 build (180 s of CI alone
+    at the last landing) is mostly verify-device's compute on real torch; the twin builds are mostly apt, pip and
+    Ansible round trips on fixture wheels, so they overlap it instead of adding their full time. The debian12 build
+    stays: it is the one converge of the real CPU torch with every verify-device stage after it, proven nowhere
+    else (test_image runs verify-device in the Dockerfile's image, not after the Ansible provisioning; molecule and
+    the fleet run the environment stage only)."""
+    testbed = Path(os.environ.get("NEURON_TORCH_TESTBED_DIR", REPO / ".testbed"))
+    test_matrix = load_matrix(REPO / "constraints" / "test-matrix.toml")
+    missing = _build_problems(test_matrix, testbed)
+    if missing:
+        pytest.skip("the Packer docker builds need: " + "; ".join(dict.fromkeys(missing)))
+    mirror = tomllib.loads((testbed / "mirror.toml").read_text())
+    commands = {}
+    for cell_id in BUILD_CELLS:
+        shutil.rmtree(REPO / "build" / "packer" / cell_id, ignore_errors=True)
+        extra = [f"-var=ansible_extra_vars={json.dumps(_playbook_vars(cell_id, mirror))}"]
+        commands[cell_id] = prepare_build(test_matrix, cell_id, only="docker", extra=extra)
+    running = {}
+    for cell_id, command in commands.items():
+        log = REPO / "build" / "packer" / cell_id / "packer.log"
+        log.parent.mkdir(parents=True, exist_ok=True)
+        with log.open("w") as out:
+            running[cell_id] = subprocess.Popen(command, cwd=REPO, stdout=out, stderr=subprocess.STDOUT)
     try:
-        with urllib.request.urlopen("http://127.0.0.1:38080/apt/testbed-archive-key.asc", timeout=3):
-            return True
-    except OSError:
-        return False
+        return {cell_id: process.wait(timeout=1500) for cell_id, process in running.items()}
+    finally:
+        for process in running.values():
+            process.kill()  # only one still running after the timeout: the test fails on its missing exit status
 
 
 @needs_packer
-def test_docker_build_of_the_test_cell() -> None:
+@pytest.mark.parametrize("cell_id", list(BUILD_CELLS))
+def test_docker_build(docker_builds: dict[str, int], cell_id: str) -> None:
+    """The Ansible provisioner, verify-device inside the build (every stage on real torch; the environment stage,
+    and nothing else, on fixture torch), cleanup last, testinfra with the hygiene checks after it, version-info,
+    manifest and labels, on Debian 12 and on the Ubuntu twins of both Python routes."""
     test_matrix = load_matrix(REPO / "constraints" / "test-matrix.toml")
-    cell = test_matrix.cell(TEST_CELL)
-    missing = []
-    if shutil.which("docker") is None or subprocess.run(["docker", "info"], capture_output=True).returncode != 0:
-        missing.append("docker")
-    elif subprocess.run(["docker", "image", "inspect", cell.os.base_image], capture_output=True).returncode != 0:
-        missing.append(f"the base image {cell.os.base_image} (scripts/testbed.sh build)")
-    if not _testbed_up() or not cell.lock_path.is_file():
-        missing.append("the test bed on 127.0.0.1:38080 with its locks (scripts/testbed.sh build)")
-    if not (REPO / ".venv-ansible" / "bin" / "ansible-playbook").is_file():
-        missing.append(".venv-ansible (the Ansible controller venv)")
-    if not (REPO / "smoke_tests" / "infra").is_dir():
-        missing.append("smoke_tests/infra (the shared testinfra suite, branch image)")
-    testbed = Path(os.environ.get("NEURON_TORCH_TESTBED_DIR", REPO / ".testbed"))
-    if not (testbed / "mirror.toml").is_file():
-        missing.append(f"{testbed}/mirror.toml (scripts/testbed.sh build)")
-    if missing:
-        pytest.skip("docker build of the test cell needs: " + "; ".join(missing))
-    out = REPO / "build" / "packer" / TEST_CELL
-    shutil.rmtree(out, ignore_errors=True)
-    # CI's one converge of the real CPU torch (cp311): verify-device runs in it, on the CPU, as it runs on a build
-    # instance with a Neuron device, and the apt key is checked against the test bed's fingerprint, as molecule did.
-    playbook_vars = {
-        "neuron_verify_run": "always",
-        "neuron_verify_device": "cpu",
-        "neuron_verify_fetch_dir": str(out / "reports"),
-        "neuron_repo_key_fingerprint": tomllib.loads((testbed / "mirror.toml").read_text())["apt"]["key_fingerprint"],
-    }
-    hcl = "{" + ",".join(f"{name}={json.dumps(value)}" for name, value in playbook_vars.items()) + "}"
-    assert build(test_matrix, TEST_CELL, only="docker", extra=[f"-var=ansible_extra_vars={hcl}"]) == 0
+    cell = test_matrix.cell(cell_id)
+    out = REPO / "build" / "packer" / cell_id
+    log = (out / "packer.log").read_text(errors="replace")
+    assert docker_builds[cell_id] == 0, log[-12000:]
     report = json.loads((out / "reports" / "default.json").read_text())  # Packer's Ansible host is "default"
     stages = {stage["name"]: stage["status"] for stage in report["stages"]}
-    assert report["exit_code"] == 0 and set(stages.values()) <= {"pass", "skip"}, stages
-    for computed in ("environment", "device", "matmul", "model", "compile", "collectives"):
-        assert stages[computed] == "pass", stages
+    assert report["exit_code"] == 0, stages
+    if BUILD_CELLS[cell_id] == ["all"]:
+        assert set(stages.values()) <= {"pass", "skip"} and all(stages[s] == "pass" for s in COMPUTED), stages
+    else:
+        assert {s: v for s, v in stages.items() if v != "skip"} == {"environment": "pass"}, stages
     info = json.loads((out / "version-info.json").read_text())
-    assert info["cell"]["id"] == TEST_CELL
+    assert info["cell"]["id"] == cell_id and info["cell"]["python_route"] == cell.python_route
+    assert info["python"].startswith(f"{cell.python}.")
     for package in test_matrix.apt.scoped("image"):
         assert info["apt"][package.name].startswith(package.version)
     assert info["pip"]["torch"] == cell.family.torch_pin
     assert info["kernel"]
     manifest = json.loads((out / "manifest.json").read_text())
-    assert manifest["builds"][-1]["custom_data"]["cell"] == TEST_CELL
+    assert manifest["builds"][-1]["custom_data"]["cell"] == cell_id
     # The suite ran on the build's final state, after the cleanup: the hygiene checks ran there and passed.
     cases = ET.parse(out / "testinfra.xml").getroot().iter("testcase")
-    hygiene = {c.get("name"): [e.tag for e in c] for c in cases if "test_hygiene" in (c.get("classname") or "")}
-    assert len(hygiene) >= 7, hygiene
-    assert not {n: t for n, t in hygiene.items() if {"failure", "error", "skipped"} & set(t)}, hygiene
-    image = f"neuron-torch-packer:{TEST_CELL}"
-    labels = json.loads(
-        subprocess.run(
-            ["docker", "image", "inspect", "--format", "{{json .Config.Labels}}", image],
-            capture_output=True,
-            text=True,
-            check=True,
-        ).stdout
-    )
-    assert labels["neuron-torch.cell"] == TEST_CELL
+    results = {f"{c.get('classname')}.{c.get('name')}": [e.tag for e in c] for c in cases}
+    hygiene = {name: tags for name, tags in results.items() if "test_hygiene" in name}
+    assert len(hygiene) >= 7 and not [n for n, t in results.items() if {"failure", "error"} & set(t)], results
+    assert not {n: t for n, t in hygiene.items() if "skipped" in t}, hygiene
+    image = f"neuron-torch-packer:{cell_id}"
+    inspect = ["docker", "image", "inspect", "--format", "{{json .Config.Labels}}", image]
+    labels = json.loads(subprocess.run(inspect, capture_output=True, text=True, check=True).stdout)
+    assert labels["neuron-torch.cell"] == cell_id and labels["neuron-torch.base-image"] == cell.os.base_image
     assert labels["neuron-torch.pin.torch"] == cell.family.torch_pin
+    for package in test_matrix.apt.packages:
+        assert labels[f"neuron-torch.apt.{package.name}"] == package.version
 
 
 def test_cli_build_ami_refuses_an_unsupported_cell_with_the_matrix_reason(capsys: pytest.CaptureFixture[str]) -> None:

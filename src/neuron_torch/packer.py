@@ -2,7 +2,7 @@
 validate` first, then build.
 
 The templates live in `images/`. They are staged into `build/packer/templates/<matrix>/` so that a matrix other than
-the release (the test bed's) brings its own rendered `cell-id.pkr.hcl`, and so that Packer 1.6.6 (which has no
+the release (the test bed's) brings its own rendered `cell.pkr.hcl`, and so that Packer 1.6.6 (which has no
 `metadata_options`) can *validate* them with the marked IMDSv2 block left out. amazon-ebs builds need Packer >= 1.7.
 """
 
@@ -20,7 +20,7 @@ from neuron_torch.choices import PACKER_SOURCES
 from neuron_torch.errors import EXIT_FAILED, EXIT_OK, NeuronTorchError
 from neuron_torch.matrix import Matrix
 from neuron_torch.render import write_rendered
-from neuron_torch.render_packer import CELL_ID_FILE, packer_dir, packer_files, var_file_path
+from neuron_torch.render_packer import CELL_FILE, packer_dir, packer_files, var_file_path
 
 MODERN_MARKERS = re.compile(r"\n[ \t]*# BEGIN packer>=1\.7\n.*?\n[ \t]*# END packer>=1\.7\n", re.DOTALL)
 
@@ -52,7 +52,7 @@ def stage_templates(matrix: Matrix, legacy: bool) -> Path:
         if legacy:
             text = MODERN_MARKERS.sub("\n", text)
         (staged / template.name).write_text(text, encoding="utf-8")
-    (staged / CELL_ID_FILE).write_text(packer_files(matrix)[packer_dir(matrix) / CELL_ID_FILE], encoding="utf-8")
+    (staged / CELL_FILE).write_text(packer_files(matrix)[packer_dir(matrix) / CELL_FILE], encoding="utf-8")
     return staged
 
 
@@ -94,14 +94,19 @@ def validate(matrix: Matrix, cell_id: str, packer: str = "packer", extra: Sequen
     return run([packer, "validate", *var_args(matrix, cell_id), *extra, str(staged)], matrix)
 
 
-def build(
+def prepare_build(
     matrix: Matrix,
     cell_id: str,
     only: str | None = None,
     packer: str = "packer",
     extra: Sequence[str] = (),
     lock: Path | None = None,
-) -> int:
+) -> list[str]:
+    """Everything before `packer build` (cell, lock gate, fmt -check, validate, staged templates); its command.
+
+    Several cells of one matrix may be prepared one after another and their commands then run side by side: each
+    build writes only its own build/packer/<cell>/ and tags its own image.
+    """
     cell = matrix.cell(cell_id)  # an unsupported cell stops here with the matrix's reason
     lock_path = require_lock(matrix, cell, lock)  # the lock gate, before any work
     if lock is not None:  # the template reads ${repo_root}/${lock_file}
@@ -119,4 +124,15 @@ def build(
         raise NeuronTorchError(f"packer validate failed for {cell.id} (errors above)")
     staged = matrix.root / "build" / "packer" / "templates" / matrix.path.stem
     selection = [f"-only={PACKER_SOURCES[only]}"] if only else []
-    return run([packer, "build", *selection, *var_args(matrix, cell.id), *extra, str(staged)], matrix)
+    return [packer, "build", *selection, *var_args(matrix, cell.id), *extra, str(staged)]
+
+
+def build(
+    matrix: Matrix,
+    cell_id: str,
+    only: str | None = None,
+    packer: str = "packer",
+    extra: Sequence[str] = (),
+    lock: Path | None = None,
+) -> int:
+    return run(prepare_build(matrix, cell_id, only, packer, extra, lock), matrix)
