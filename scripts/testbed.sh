@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The hermetic test bed: scripts/testbed.sh [build|serve|stop|status] [--bases all|none|debian12,...]
 # Builds (or reuses, by content) a signed apt repository, PEP 503 indexes, Debian base images and the test cells'
-# locks under .testbed/, and serves them on http://127.0.0.1:38080. See docs/mirrors.md.
+# locks under .testbed/, and serves them on http://127.0.0.1:38023. See docs/mirrors.md.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 python=${PYTHON:-}

@@ -32,7 +32,7 @@ from tests.testbed.harness import CELL, DOCKER, TEST_MATRIX, built_testbed, dock
 
 REPO = Path(__file__).resolve().parents[1]
 TAG = f"neuron-torch:{CELL}"
-KEY_URL = "http://127.0.0.1:38080/apt/testbed-archive-key.asc"
+KEY_URL = "http://127.0.0.1:38023/apt/testbed-archive-key.asc"
 # No network at all: verify-device, its collectives included, must work without one (and no IMDS off AWS).
 RUN = [DOCKER, "run", "--rm", "--network", "none", "-e", "NEURON_SMOKE_IMDS=0"]
 

@@ -261,7 +261,7 @@ def test_amazon_ebs_build_refused_on_legacy_packer(matrix: Matrix, tmp_path: Pat
 
 def _testbed_up() -> bool:
     try:
-        with urllib.request.urlopen("http://127.0.0.1:38080/apt/testbed-archive-key.asc", timeout=3):
+        with urllib.request.urlopen("http://127.0.0.1:38023/apt/testbed-archive-key.asc", timeout=3):
             return True
     except OSError:
         return False
@@ -277,7 +277,7 @@ def test_docker_build_of_the_test_cell() -> None:
     elif subprocess.run(["docker", "image", "inspect", cell.os.base_image], capture_output=True).returncode != 0:
         missing.append(f"the base image {cell.os.base_image} (scripts/testbed.sh build)")
     if not _testbed_up() or not cell.lock_path.is_file():
-        missing.append("the test bed on 127.0.0.1:38080 with its locks (scripts/testbed.sh build)")
+        missing.append("the test bed on 127.0.0.1:38023 with its locks (scripts/testbed.sh build)")
     if not (REPO / ".venv-ansible" / "bin" / "ansible-playbook").is_file():
         missing.append(".venv-ansible (the Ansible controller venv)")
     if not (REPO / "smoke_tests" / "infra").is_dir():

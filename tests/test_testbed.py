@@ -17,7 +17,7 @@ from tests.testbed import aptrepo, cache, index, server
 from tests.testbed.harness import BASE, CELL, DOCKER, ROOT, TEST_MATRIX, built_testbed, docker, require_docker
 from tests.testbed.wheels import build_wheel
 
-URL = "http://127.0.0.1:38080"
+URL = "http://127.0.0.1:38023"
 
 
 def fetch(path: str) -> str:
@@ -109,7 +109,7 @@ def test_second_build_reuses_everything() -> None:
     assert "built in" not in result.stdout, result.stdout
     assert elapsed < 20, f"a cached build took {elapsed:.1f} s"
     status = subprocess.run([sys.executable, "-m", "tests.testbed", "status"], cwd=ROOT, capture_output=True, text=True)
-    assert status.returncode == 0 and "serving on http://127.0.0.1:38080" in status.stdout
+    assert status.returncode == 0 and "serving on http://127.0.0.1:38023" in status.stdout
 
 
 def test_a_second_test_bed_refuses_a_port_another_one_serves(tmp_path: Path) -> None:
@@ -117,19 +117,19 @@ def test_a_second_test_bed_refuses_a_port_another_one_serves(tmp_path: Path) -> 
     built_testbed()
     www = tmp_path / "www"
     www.mkdir()
-    with pytest.raises(SystemExit, match=r"another server already answers on http://127\.0\.0\.1:38080"):
+    with pytest.raises(SystemExit, match=r"another server already answers on http://127\.0\.0\.1:38023"):
         server.start(www, tmp_path / "server.pid", tmp_path / "server.log")
     assert not (tmp_path / "server.pid").exists()
     assert server.status(www, tmp_path / "server.pid") is None
     status = subprocess.run([sys.executable, "-m", "tests.testbed", "status"], cwd=ROOT, capture_output=True, text=True)
-    assert status.returncode == 0 and "serving on http://127.0.0.1:38080" in status.stdout
+    assert status.returncode == 0 and "serving on http://127.0.0.1:38023" in status.stdout
 
 
 APT_SCRIPT = """set -e
 mkdir -p /etc/apt/keyrings
 gpg --dearmor -o /etc/apt/keyrings/neuron.gpg < /key.asc
 . /etc/os-release
-echo "deb [signed-by=/etc/apt/keyrings/neuron.gpg] http://127.0.0.1:38080/apt $VERSION_CODENAME main" \
+echo "deb [signed-by=/etc/apt/keyrings/neuron.gpg] http://127.0.0.1:38023/apt $VERSION_CODENAME main" \
     > /etc/apt/sources.list.d/neuron.list
 apt-get -o Dir::Etc::SourceList=/dev/null -o Dir::Etc::SourceParts=/etc/apt/sources.list.d update
 apt-get install -y --no-install-recommends {pins}

@@ -1,7 +1,7 @@
 """`python3 -m tests.testbed build|serve|stop|status`: the hermetic test bed, from nothing, on loopback only.
 
 build   builds (or reuses, by content key) the signed apt repository, the three PEP 503 indexes, the Debian base
-        images and the test cells' hash locks, then serves them on http://127.0.0.1:38080.
+        images and the test cells' hash locks, then serves them on http://127.0.0.1:38023.
 serve   (re)starts the server over .testbed/www; stop stops it; status says whether it serves.
 """
 

@@ -13,7 +13,7 @@ import urllib.request
 from pathlib import Path
 
 HOST = "127.0.0.1"
-PORT = 38080
+PORT = 38023
 # A token written into the served folder: the server answering on the port is this checkout's only if it serves it.
 # Otherwise another test bed (another checkout, a CI run) holds the port, and its files would be taken for ours.
 TOKEN_FILE = "testbed-server-token"
