@@ -6,7 +6,7 @@ containers' cgroups), so that the ratio can be judged against the machine's core
 
     .venv/bin/python scripts/bench-fleet.py [--image IMAGE] [--stages environment] [--hosts 8]
 
-The hosts are tests/testbed/hosts.py's systemd + sshd containers (Ubuntu 26.04 twin) of one converged image: --image
+The hosts are tests/testbed/hosts.py's systemd + sshd containers (Ubuntu 24.04 twin) of one converged image: --image
 reuses one (e.g. a host image converged earlier); without it one host is converged first with provision.yml to the
 twin's cell against the test bed (scripts/testbed.sh build must have run), and that time is printed too. verify-device
 runs the given stages only: the twin's torch is the test bed's fixture, so `environment` is the default (the compute

@@ -1,20 +1,14 @@
-"""Real hosts over SSH: systemd + sshd containers on the Ubuntu 26.04 twin (tests/testbed/hosts.py), host-key checking
-on, provisioned as the README's quick start path A says.
+"""Real hosts over SSH: systemd + sshd containers on the Ubuntu 24.04 twin (tests/testbed/hosts.py), host-key
+checking on.
 
 One fresh host must carry every trait of a Canonical Ubuntu AMI's instance (traits.toml [ami]) before anything touches
-it. Then path A runs as written, in a copy of the checkout whose user has the mirror settings of
-tests/test_quickstart.py (the real release's packages as fixture indexes over HTTP, the test bed's apt repository and
-key; for Ansible, the same settings as the group_vars/all.yml beside the user's inventory.ini, as docs/mirrors.md
-names them): `neuron-torch lock` and `check` of the real default cell, then step 3's `ansible-playbook ...
-provision.yml -e neuron_cell=...` twice (the second run must change nothing), in --check mode, checked with the shared
-testinfra suite over ssh:// through images/scripts/testinfra.sh (the Packer build's own options), and step 4's
-`verify.yml` as written: with no Neuron device, the environment stage passes and the device stage fails naming the
-missing device (exit non-zero). The converged host is committed as the image of the rest of a fleet of four: the
-converged host and a second good one, one whose torch package is broken, one stopped; verify.yml must give each its
-true verdict. The converge happens once per module (provision.yml installs verify-device without running it where no
-device is: its neuron_verify_run is `auto`); every test shares it. Needs docker, the host image's base and the test
-bed (they skip, saying why, without them). The fleet's verify runs verify-device's environment stage only: the twin's
-torch is a fixture that imports but has no compute (see STAGES).
+it. It is converged over SSH with provision.yml on the twin's distro-route cell (twice: the second run must change
+nothing), run in --check mode, checked with the shared testinfra suite over ssh:// through images/scripts/testinfra.sh
+(the Packer build's own options), and committed as the image of the rest of a fleet of four: the converged host and
+a second good one, one whose torch package is broken, one stopped. verify.yml must give each its true verdict.
+The converge happens once per module (verify-device installed, not run: verify.yml runs it); every test shares it.
+Needs docker, the host image's base and the test bed (they skip, saying why, without them). The fleet's verify runs
+verify-device's environment stage only: the twin's torch is a fixture that imports but has no compute (see STAGES).
 """
 
 from __future__ import annotations
@@ -22,7 +16,6 @@ from __future__ import annotations
 import json
 import os
 import re
-import shlex
 import subprocess
 import uuid
 from collections.abc import Iterator
@@ -33,14 +26,13 @@ from typing import Any
 import pytest
 import testinfra
 
-from neuron_torch.matrix import Matrix
-from neuron_torch.mirror import load_mirror
-from tests.test_ansible import ANSIBLE, REPO, VENV, docker_ready, find_testbed, run, tool
-from tests.test_quickstart import project as project  # a fixture: the user's checkout, mirror settings and PATH
-from tests.test_quickstart import quick_start
+from tests.test_ansible import ANSIBLE, REPO, docker_ready, find_testbed, molecule_env, run, tool
+from tests.test_ansible import test_release_vars as test_release_vars  # a fixture
 from tests.testbed.ami_traits import ami_trait_problems
-from tests.testbed.hosts import USER, Fleet, HostError
+from tests.testbed.hosts import Fleet, HostError, fleet_cell
 
+# The twin's distro-route cell: the hosts start as the Ubuntu AMI's instances do, with the twin's own python3.
+FLEET_CELL = fleet_cell()
 # verify-device's stages the fleet runs. The twin cells carry the test bed's fixture torch, which imports and carries
 # the cell's versions but computes nothing: the environment stage (pins, the imported torch, pip check) is the stage
 # whose verdict is real there. The compute stages run on real torch in tests/test_verify_device.py.
@@ -54,27 +46,8 @@ class Converged:
     fresh_problems: list[str]
     first: subprocess.CompletedProcess[str]
     second: subprocess.CompletedProcess[str]
+    extra_vars: Path
     image: str
-    user: UserCheckout
-
-
-@dataclass(frozen=True)
-class UserCheckout:
-    """Path A's user: the checkout (a copy of this one), its environment and the README's four commands."""
-
-    copy: Path
-    env: dict[str, str]
-    lock: str
-    check: str
-    provision: str
-    verify: str
-
-    def run(self, command: str, *extra: str, timeout: int = 1200) -> subprocess.CompletedProcess[str]:
-        """`command` as the README writes it (plus `extra`, e.g. --check), in the checkout, as the user runs it."""
-        line = " ".join([command, *map(shlex.quote, extra)])
-        return subprocess.run(
-            line, shell=True, cwd=self.copy, env=self.env, capture_output=True, text=True, timeout=timeout
-        )
 
 
 def recap(output: str, host: str) -> dict[str, int]:
@@ -97,44 +70,35 @@ def ssh_host(fleet: Fleet, name: str) -> Any:
     )
 
 
-def write_inventory(copy: Path, fleet: Fleet, name: str) -> None:
-    """What the user of path A writes: inventory.ini listing the host (how to reach it, its host key checked against
-    known_hosts) and, beside it, group_vars/all.yml with the mirror settings as the Ansible variables docs/mirrors.md
-    names for them (the apt repository, its key and pinned fingerprint, the index URLs)."""
-    host = fleet.hosts[name]
-    common = " ".join(fleet.host_key_options())
-    (copy / "inventory.ini").write_text(
-        f"[trn2]\n{name} ansible_host=127.0.0.1 ansible_port={host.port}\n\n[all:vars]\nansible_user={USER}\n"
-        f"ansible_ssh_private_key_file={fleet.identity}\nansible_ssh_common_args='{common}'\n"
+def converge_vars(folder: Path, testbed: Path, release_vars: Path) -> Path:
+    lock = testbed / "locks" / f"{FLEET_CELL}.txt"
+    if not lock.is_file():
+        pytest.skip(f"no lock for {FLEET_CELL} at {lock}: run scripts/testbed.sh build")
+    extra = folder / "converge-vars.json"
+    extra.write_text(
+        json.dumps(
+            {
+                "neuron_hosts": CONVERGED,  # --check and the second run touch this host only, whoever joined since
+                "neuron_cell": FLEET_CELL,
+                "neuron_repo_root": str(REPO),
+                "neuron_release_vars": str(release_vars),
+                "neuron_repo_key_fingerprint": molecule_env(testbed)["NEURON_TORCH_TESTBED_KEY_FINGERPRINT"],
+                "neuron_lock_file": str(lock),
+                # verify-device is installed, not run: the fleet's verify.yml runs it on this host and three more
+                # (it would run in the first, the second and the --check run of provision.yml, to no new verdict).
+                "neuron_verify_run": "never",
+            }
+        )
     )
-    mirror = load_mirror(copy / "mirror.toml")
-    settings = {
-        "neuron_repo_url": mirror.apt_url,
-        "neuron_repo_key_url": mirror.apt_key_url,
-        "neuron_repo_key_fingerprint": mirror.apt_key_fingerprint,
-        "python_env_index_overrides": dict(mirror.indexes),
-    }
-    (copy / "group_vars").mkdir(exist_ok=True)
-    (copy / "group_vars" / "all.yml").write_text(json.dumps(settings, indent=2) + "\n")  # JSON is YAML
+    return extra
 
 
 @pytest.fixture(scope="module")
-def converged(
-    tmp_path_factory: pytest.TempPathFactory, project: tuple[Path, dict[str, str]], matrix: Matrix
-) -> Iterator[Converged]:
-    """Path A as the README writes it, on one fresh host: lock and check the default cell, then provision.yml twice
-    (the second run must change nothing); the converged host becomes the image of the rest of the fleet."""
+def converged(tmp_path_factory: pytest.TempPathFactory, test_release_vars: Path) -> Iterator[Converged]:
     docker_ready()
-    find_testbed()
-    tool("ansible-playbook")
-    copy, env = project
-    environment = {**env, "PATH": f"{env['PATH']}:{VENV}", "NO_COLOR": "1", "ANSIBLE_NOCOLOR": "1"}
-    user = UserCheckout(copy, environment, *quick_start()[1]["A"])
-    assert shlex.split(user.lock)[-1] == matrix.release.default_cell, user.lock
-    for step in (user.lock, user.check):
-        done = user.run(step, timeout=600)
-        assert done.returncode == 0, f"{step}\n{done.stdout}{done.stderr}"
+    testbed = find_testbed()
     folder = tmp_path_factory.mktemp("fleet")
+    extra = converge_vars(folder, testbed, test_release_vars)
     try:
         fleet = Fleet(folder, f"nt-ssh-{uuid.uuid4().hex[:6]}")
     except HostError as error:
@@ -143,12 +107,11 @@ def converged(
     try:
         fleet.start(CONVERGED)
         fresh = ami_trait_problems(ssh_host(fleet, CONVERGED))
-        write_inventory(copy, fleet, CONVERGED)
-        first = user.run(user.provision)
-        second = user.run(user.provision) if first.returncode == 0 else first
+        first = playbook(fleet, "provision.yml", "-e", f"@{extra}")
+        second = playbook(fleet, "provision.yml", "-e", f"@{extra}") if first.returncode == 0 else first
         if second.returncode == 0:
             fleet.commit(CONVERGED, image)
-        yield Converged(fleet, fresh, first, second, image, user)
+        yield Converged(fleet, fresh, first, second, extra, image)
     finally:
         fleet.remove()
         if os.environ.get("NEURON_TORCH_KEEP_CONVERGED") != "1":  # =1 keeps it, e.g. for scripts/bench-fleet.py --image
@@ -198,33 +161,9 @@ def test_the_kernel_cannot_move_under_the_driver(converged: Converged) -> None:
 def test_check_mode_runs_through_on_a_provisioned_host(converged: Converged) -> None:
     if converged.second.returncode != 0:
         pytest.fail("the converge failed (see the converge test)")
-    result = converged.user.run(converged.user.provision, "--check")  # as written, in check mode
+    result = playbook(converged.fleet, "provision.yml", "--check", "-e", f"@{converged.extra_vars}")
     assert result.returncode == 0, result.stdout[-8000:]
     assert recap(result.stdout, CONVERGED)["failed"] == 0
-
-
-def test_the_verify_step_as_written_fails_at_the_device_stage_naming_the_missing_neuron_device(
-    converged: Converged,
-) -> None:
-    """Path A's step 4, as written, on a provisioned host without a Neuron device (the twin has none, as a host that
-    is not a Trn2/Trn3 has none): the environment stage passes, the device stage fails naming the missing device, the
-    run exits non-zero and the summary says so."""
-    if converged.second.returncode != 0:
-        pytest.fail("the converge failed (see the converge test)")
-    user = converged.user
-    result = user.run(user.verify, timeout=900)
-    output = result.stdout + result.stderr
-    assert result.returncode != 0, output[-6000:]
-    summary = json.loads((user.copy / ".neuron-torch" / "verify-summary.json").read_text())
-    assert [row["host"] for row in summary["hosts"]] == [CONVERGED] and summary["passed"] == 0, summary
-    row = summary["hosts"][0]
-    assert (row["verdict"], row["stage"], str(row["exit_code"])) == ("fail", "device", "3"), row
-    assert row["message"].startswith("no neuron device: /dev/neuron* not found."), row
-    report = json.loads((user.copy / ".neuron-torch" / "reports" / f"{CONVERGED}.json").read_text())
-    stages = {stage["name"]: stage for stage in report["stages"]}
-    assert stages["environment"]["status"] == "pass", stages["environment"]
-    assert stages["device"]["status"] == "fail" and stages["device"]["device_missing"], stages["device"]
-    assert "Verification did not pass on: good1" in output, output[-3000:]
 
 
 def run_testinfra(fleet: Fleet, tmp_path: Path, known_hosts: Path) -> subprocess.CompletedProcess[str]:

@@ -12,9 +12,7 @@ wheels from the fixture indexes, its apt packages from the test bed's `resolute`
 nt-bundle/install.sh` as user `ubuntu` with the network off, on the Ubuntu 26.04 twin given the traits of Canonical's
 AMIs that install.sh meets ([ami.python3]: python3 but no python3-venv, which install.sh refuses before installing
 anything; [ami.sudo]) and then with python3-venv, as the README's step asks.
-Path A runs as written in tests/test_fleet.py (the same `project` fixture): its `provision.yml` is the converge the
-fleet tests share, on systemd + sshd hosts of the 26.04 twin, and its `verify.yml` fails at the device stage there,
-naming the missing Neuron device, as a host without one must.
+What runs with one flag added: path A's Ansible steps (`--syntax-check`: a converge is test_fleet.py's).
 Field items, only parsed here: path B's `docker run --device=/dev/neuron0` (needs a Trainium device: test_image.py
 runs the test cell's image with the README's `--device=` flags on fixture device nodes and the simulated device) and
 path C's AMI launch (AWS).
@@ -190,6 +188,18 @@ def test_the_image_path_builds_as_written(project: tuple[Path, dict[str, str]], 
         assert f"neuronx-cc=={cell.pins['neuronx-cc']}+" in check.stdout, check.stdout
     finally:
         subprocess.run([DOCKER, "image", "rm", *tags], capture_output=True)  # the tags; the build cache stays
+
+
+def test_the_ansible_steps_parse_as_written(project: tuple[Path, dict[str, str]]) -> None:
+    playbook = REPO / ".venv-ansible" / "bin" / "ansible-playbook"
+    if not playbook.exists():
+        pytest.skip(f"{playbook} is missing: run scripts/dev-setup.sh (it makes .venv-ansible)")
+    copy, _ = project
+    (copy / "inventory.ini").write_text("[trn2]\nnever-reached ansible_host=192.0.2.1\n")
+    _, paths = quick_start()
+    for command in paths["A"][2:]:
+        assert " ansible-playbook " in command, command
+        run(command.replace(" ansible-playbook ", f" {playbook} ") + " --syntax-check", project)
 
 
 # The Ubuntu 26.04 twin given what install.sh meets on Canonical's AMIs (tests/testbed/traits.toml): python3 and no

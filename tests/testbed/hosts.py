@@ -4,8 +4,7 @@
 with `docker rm -f`) and writes an inventory and known_hosts under DIR; the tests use `Fleet` directly. Every host
 is one container of one shared host image (`neuron-torch-host:<base tag>`, built once from a base image, keyed by
 the base and the rendered Dockerfile), so starting eight costs eight `docker run`s, not eight builds. The base is
-the Ubuntu 26.04 twin (`TWIN`, traits.toml [twins]): a host starts where a Canonical Ubuntu AMI's instance starts
-(26.04: the release of the real default cell, which tests/test_fleet.py provisions as the README's path A says).
+the Ubuntu 24.04 twin (`TWIN`, traits.toml [twins]): a host starts where a Canonical Ubuntu AMI's instance starts.
 
 What a host imitates: every [ami] trait of traits.toml (tests/testbed/ami_traits.py reads them back from a fresh
 host in tests/test_fleet.py), and where each comes from:
@@ -29,7 +28,7 @@ host in tests/test_fleet.py), and where each comes from:
 - sshd with key-only login and host keys of its own (ed25519, rsa, ecdsa), made when the host is created (no two
   hosts share a key, as cloud-init makes them on first boot); the test bed writes the ed25519 key to a known_hosts
   file, the way a user has them, so clients connect with StrictHostKeyChecking=yes.
-- /etc/os-release's PRETTY_NAME as Ubuntu writes it ("Ubuntu 26.04 LTS"): the twin base's names Debian, and
+- /etc/os-release's PRETTY_NAME as Ubuntu writes it ("Ubuntu 24.04 LTS"): the twin base's names Debian, and
   Ansible's distribution facts read any "Debian" in os-release as Debian (ansible.module_utils.facts.system.
   distribution, parse_distribution_file_Debian): provision.yml's OS check refused the twin host (found by the
   converge in tests/test_fleet.py).
@@ -62,7 +61,7 @@ from tests.testbed.cache import key
 from tests.testbed.traits import traits
 
 DOCKER = "/usr/bin/docker"
-TWIN = "ubuntu26.04"  # the Ubuntu release whose AMI the hosts start as (traits.toml [twins])
+TWIN = "ubuntu24.04"  # the Ubuntu release whose AMI the hosts start as (traits.toml [twins])
 DEFAULT_BASE: str = traits()["twins"][TWIN]["image"]
 KEY_LABEL = "io.neuron-torch.testbed.key"
 HOST_PACKAGES = ("systemd", "systemd-sysv", "dbus", "openssh-server", "unattended-upgrades", "sudo", "python3", "gpg")
