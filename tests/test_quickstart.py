@@ -12,7 +12,12 @@ wheels from the fixture indexes, its apt packages from the test bed's `resolute`
 nt-bundle/install.sh` as user `ubuntu` with the network off, on the Ubuntu 26.04 twin given the traits of Canonical's
 AMIs that install.sh meets ([ami.python3]: python3 but no python3-venv, which install.sh refuses before installing
 anything; [ami.sudo]) and then with python3-venv, as the README's step asks.
-What runs with one flag added: path A's Ansible steps (`--syntax-check`: a converge is test_fleet.py's).
+What runs with one flag added: path A's Ansible steps (`--syntax-check`: a converge is test_fleet.py's, to the test
+cell of the 24.04 twin). Path A's converge cannot run as written here yet: the real default cell needs a host of the
+26.04 twin, whose systemd (262, Debian forky's; Ubuntu 26.04's 259 likewise, both past systemd 258, which removed
+cgroup v1) refuses to boot where Docker runs on cgroup v1 ("Detected unsupported legacy cgroup hierarchy, refusing
+execution"), as the machine this was written on does (`docker info`: Cgroup Version 1; privileged containers, which
+could mount a cgroup2 hierarchy, are refused there).
 Field items, only parsed here: path B's `docker run --device=/dev/neuron0` (needs a Trainium device: test_image.py
 runs the test cell's image with the README's `--device=` flags on fixture device nodes and the simulated device) and
 path C's AMI launch (AWS).
@@ -84,11 +89,17 @@ def test_the_quick_start_has_its_four_paths_on_the_default_cell(matrix: Matrix) 
                 assert cell == matrix.release.default_cell, f"path {letter}: {command}"
 
 
+class QuietHandler(http.server.SimpleHTTPRequestHandler):
+    """Serves files without logging each request to stderr (a failing test's output is the test's, not the log's)."""
+
+    def log_message(self, format: str, *args: object) -> None:
+        pass
+
+
 @contextlib.contextmanager
 def serve(folder: Path) -> Iterator[str]:
-    """Serve `folder` over HTTP on a free loopback port, as a mirror serves it (the hosts of path A reach it there)."""
-    handler = functools.partial(http.server.SimpleHTTPRequestHandler, directory=str(folder))
-    handler.log_message = lambda *args: None  # type: ignore[method-assign]
+    """Serve `folder` over HTTP on a free loopback port, as a mirror serves it (build containers reach it there)."""
+    handler = functools.partial(QuietHandler, directory=str(folder))
     server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
     threading.Thread(target=server.serve_forever, daemon=True).start()
     try:
