@@ -1,26 +1,33 @@
 """The README's quick start, read from README.md (so the test fails when the README drifts) and run as written in a
-copy of the release, with the real indexes and apt repository swapped for the test bed through the mirror settings
-only (NEURON_TORCH_MIRROR: the fixture indexes of the real release's packages, the test bed's signed apt repository
-and its key), nothing else.
+copy of the release, with the real indexes, apt repository and base images swapped for the test bed through the
+mirror settings only (NEURON_TORCH_MIRROR: the fixture indexes of the real release's packages, served over HTTP on a
+free loopback port; the test bed's signed apt repository and its key; [images] mapping `ubuntu:26.04` to the test
+bed's Ubuntu 26.04 twin, as a user's registry mirror serves it), nothing else.
 
-What runs as written: the set-up's `neuron-torch matrix`, every `neuron-torch lock` and `check` step, `build ami`
+What runs as written: the set-up's `neuron-torch matrix`, every `neuron-torch lock` and `check` step, path B's `build
+image` (the real default cell's image, on the 26.04 twin: its tags, labels, the lock it installed and every pin
+checked inside; the only image build of the 2.14 family and the distro's Python 3.14, so a full build), `build ami`
 (with a stand-in `packer` first on PATH that logs what it is handed), `bundle` (path D: the real default cell's
 wheels from the fixture indexes, its apt packages from the test bed's `resolute` suite), and `sudo
 nt-bundle/install.sh` as user `ubuntu` with the network off, on the Ubuntu 26.04 twin given the traits of Canonical's
 AMIs that install.sh meets ([ami.python3]: python3 but no python3-venv, which install.sh refuses before installing
 anything; [ami.sudo]) and then with python3-venv, as the README's step asks.
-What runs with one flag added: `build image` (`--dry-run`) and the Ansible steps (`--syntax-check`: a converge is
-test_ansible.py's). `build image` cannot run for real here: the default cell's base image `ubuntu:26.04` is on
-Docker Hub, which this CI cannot reach, and the mirror settings name no base image (a registry mirror is Docker's
-own setting), so building it would mean swapping more than the mirror settings; its build shares no layer with any
-test_image.py build either (the 2.14 family, the distro's Python 3.14), so it would be a full build, not a cache hit.
-test_image.py builds the same Dockerfile for the test cells on the Debian base and both Ubuntu twins.
-Only parsed: `docker run` (needs that image, and a Trainium device: test_image.py runs the test cell's image with
-the README's `--device=` flags on fixture device nodes and the simulated device) and the AMI launch (AWS).
+What runs with one flag added: path A's Ansible steps (`--syntax-check`: a converge is test_fleet.py's, to the test
+cell of the 24.04 twin). Path A's converge cannot run as written here yet: the real default cell needs a host of the
+26.04 twin, whose systemd (262, Debian forky's; Ubuntu 26.04's 259 likewise, both past systemd 258, which removed
+cgroup v1) refuses to boot where Docker runs on cgroup v1 ("Detected unsupported legacy cgroup hierarchy, refusing
+execution"), as the machine this was written on does (`docker info`: Cgroup Version 1; privileged containers, which
+could mount a cgroup2 hierarchy, are refused there).
+Field items, only parsed here: path B's `docker run --device=/dev/neuron0` (needs a Trainium device: test_image.py
+runs the test cell's image with the README's `--device=` flags on fixture device nodes and the simulated device) and
+path C's AMI launch (AWS).
 """
 
 from __future__ import annotations
 
+import contextlib
+import functools
+import http.server
 import json
 import os
 import re
@@ -28,13 +35,16 @@ import shlex
 import shutil
 import subprocess
 import sys
+import threading
 import tomllib
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from neuron_torch.cli import build_parser
 from neuron_torch.matrix import Matrix
+from tests.test_image import ENVIRONMENT_CHECK
 from tests.testbed import hosts
 from tests.testbed.baseimages import twin_base
 from tests.testbed.fixture_indexes import build_release_indexes
@@ -79,9 +89,30 @@ def test_the_quick_start_has_its_four_paths_on_the_default_cell(matrix: Matrix) 
                 assert cell == matrix.release.default_cell, f"path {letter}: {command}"
 
 
+class QuietHandler(http.server.SimpleHTTPRequestHandler):
+    """Serves files without logging each request to stderr (a failing test's output is the test's, not the log's)."""
+
+    def log_message(self, format: str, *args: object) -> None:
+        pass
+
+
+@contextlib.contextmanager
+def serve(folder: Path) -> Iterator[str]:
+    """Serve `folder` over HTTP on a free loopback port, as a mirror serves it (build containers reach it there)."""
+    handler = functools.partial(QuietHandler, directory=str(folder))
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}"
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
 @pytest.fixture(scope="module")
-def project(tmp_path_factory: pytest.TempPathFactory, matrix: Matrix) -> tuple[Path, dict[str, str]]:
-    """A copy of the checkout without locks, and the environment of a user whose mirror is the fixture indexes."""
+def project(tmp_path_factory: pytest.TempPathFactory, matrix: Matrix) -> Iterator[tuple[Path, dict[str, str]]]:
+    """A copy of the checkout without locks, and the environment of a user whose mirror is the fixture indexes (served
+    over HTTP), the test bed's apt repository and its Ubuntu twins as the base images."""
     root = tmp_path_factory.mktemp("quickstart")
     copy = root / "neuron-torch"
     tracked = subprocess.run(["git", "ls-files", "-z"], cwd=REPO, check=True, capture_output=True, text=True)
@@ -89,13 +120,10 @@ def project(tmp_path_factory: pytest.TempPathFactory, matrix: Matrix) -> tuple[P
         if (REPO / name).is_file() and "/locks/" not in name:
             (copy / name).parent.mkdir(parents=True, exist_ok=True)
             shutil.copy2(REPO / name, copy / name)
-    indexes = build_release_indexes(matrix, root / "indexes")
-    apt = tomllib.loads(built_testbed().mirror_file.read_text())["apt"]  # the test bed's signed repository and key
-    mirror = copy / "mirror.toml"
-    mirror.write_text(
-        "[apt]\n" + "".join(f'{key} = "{value}"\n' for key, value in apt.items())
-        + "[indexes]\n" + "".join(f'{name} = "{url}"\n' for name, url in indexes.items())
-    )  # fmt: skip
+    served = root / "indexes"
+    indexes = build_release_indexes(matrix, served)
+    bed = tomllib.loads(built_testbed().mirror_file.read_text())
+    apt, images = bed["apt"], bed["images"]  # the test bed's signed repository and key; its Ubuntu twins
     tools = root / "bin"
     tools.mkdir()
     packer = tools / "packer"  # a stand-in: `build ami` checks its version, then hands it the build
@@ -104,8 +132,15 @@ def project(tmp_path_factory: pytest.TempPathFactory, matrix: Matrix) -> tuple[P
     )
     packer.chmod(0o755)
     env = {k: v for k, v in os.environ.items() if not k.startswith(("NEURON_TORCH_", "PIP_", "UV_"))}
-    env.update(NEURON_TORCH_MIRROR=str(mirror), PATH=f"{tools}:{BIN}:{env['PATH']}")
-    return copy, env
+    with serve(served) as url:
+        mirror = copy / "mirror.toml"
+        mirror.write_text(
+            "[apt]\n" + "".join(f'{key} = "{value}"\n' for key, value in apt.items())
+            + "[indexes]\n" + "".join(f'{name} = "{url}/simple/{name}/"\n' for name in indexes)
+            + "[images]\n" + "".join(f'"{image}" = "{twin}"\n' for image, twin in images.items())
+        )  # fmt: skip
+        env.update(NEURON_TORCH_MIRROR=str(mirror), PATH=f"{tools}:{BIN}:{env['PATH']}")
+        yield copy, env
 
 
 def run(command: str, project: tuple[Path, dict[str, str]]) -> str:
@@ -127,11 +162,43 @@ def test_the_neuron_torch_steps_run_as_written(project: tuple[Path, dict[str, st
     cell = shlex.split(lock)[-1]
     assert (copy / "constraints" / "locks" / f"{cell}.txt").is_file()
     assert "a sound, sealed lock" in run(check, project)
-    run(paths["B"][1] + " --dry-run", project)
     run(paths["C"][1], project)
     log = (copy.parent / "packer.log").read_text()
     build = [line for line in log.splitlines() if line.startswith("build ")]
     assert len(build) == 1 and "-var=region=us-east-1" in build[0] and f"{cell}.pkrvars.hcl" in build[0], log
+
+
+def test_the_image_path_builds_as_written(project: tuple[Path, dict[str, str]], matrix: Matrix) -> None:
+    """Path B's `build image`, as written, for the real default cell: its base `ubuntu:26.04` comes through the mirror
+    settings' [images] (the test bed's Ubuntu 26.04 twin), as a registry mirror of a user's would serve it."""
+    require_docker()
+    copy, _ = project
+    _, paths = quick_start()
+    lock, build = paths["B"][0], paths["B"][1]
+    cell = matrix.cell(shlex.split(lock)[-1])
+    twin = twin_base(cell.os.id)  # a no-op where `scripts/testbed.sh build` made it
+    run(lock, project)
+    tags = [f"neuron-torch:{cell.id}", "neuron-torch:latest"]
+    try:
+        assert f"built {', '.join(tags)}" in run(build, project)
+        inspect = subprocess.run([DOCKER, "image", "inspect", tags[0], tags[1]], capture_output=True, text=True)
+        images = json.loads(inspect.stdout)
+        assert images[0]["Id"] == images[1]["Id"], "both tags name the one image"
+        labels = images[0]["Config"]["Labels"]
+        assert labels["io.neuron-torch.cell"] == cell.id and labels["io.neuron-torch.release"] == matrix.release.name
+        assert labels["org.opencontainers.image.base.name"] == twin != cell.os.base_image  # through [images]
+        assert labels["io.neuron-torch.pins"] == " ".join(f"{n}=={v}" for n, v in cell.pins.items())
+        inside = [DOCKER, "run", "--rm", "--network", "none", "--entrypoint"]
+        built = subprocess.run([*inside, "cat", tags[0], "/etc/neuron-torch/lock.txt"], capture_output=True, text=True)
+        entries = (copy / "constraints" / "locks" / f"{cell.id}.txt").read_text().splitlines()
+        assert [x for x in built.stdout.splitlines() if not x.startswith("--")] == [
+            x for x in entries if not x.startswith("--")
+        ]  # the lock step 1 wrote, as the image installed it
+        check = subprocess.run([*inside, "python", tags[0], "-c", ENVIRONMENT_CHECK], capture_output=True, text=True)
+        assert "problems []" in check.stdout, check.stdout + check.stderr  # verify-device's pin check, every pin
+        assert f"neuronx-cc=={cell.pins['neuronx-cc']}+" in check.stdout, check.stdout
+    finally:
+        subprocess.run([DOCKER, "image", "rm", *tags], capture_output=True)  # the tags; the build cache stays
 
 
 def test_the_ansible_steps_parse_as_written(project: tuple[Path, dict[str, str]]) -> None:
