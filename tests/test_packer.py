@@ -182,6 +182,9 @@ def test_testinfra_runs_over_the_kept_master_after_the_cleanup_on_an_ssh_host(tm
     control = Path(tempfile.mkdtemp(prefix="nt-ctl-"))
     try:
         host = fleet.start("ami")
+        # A build's cleanup runs minutes after boot, when boot's own units (the journal's flush to /var/log/journal
+        # among them) are long done; this host is cleaned seconds after sshd answers, so it waits for the same state.
+        fleet.exec("ami", "timeout", "120", "systemctl", "is-system-running", "--wait")
         (tmp_path / "cell.json").write_text('{"id": "none", "apt": {}}')
         (tmp_path / "lock.txt").write_text("")
         ssh = {"TESTINFRA_PYTHON": str(REPO / ".venv-ansible" / "bin" / "python"), "TESTINFRA_HOSTS": host.ssh_url,

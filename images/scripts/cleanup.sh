@@ -35,9 +35,12 @@ find /tmp /var/tmp -mindepth 1 -delete
 # Logs: rotated files and the journal go; live log files are emptied (their owners and modes stay). The syslog daemon
 # is stopped first (it starts again on the instance's first boot, being enabled): the AMI build checks the final state
 # over SSH with sudo, and every sudo call would otherwise be written into the emptied /var/log/auth.log and captured.
-# (journald writes on into the journal files removed here, which no longer have a name to be captured under.)
+# journald is asked to write on to /run/log/journal (tmpfs, never captured) instead of /var/log/journal: its own
+# shutdown step (journalctl --relinquish-var, systemd >= 243), undone by the flush at the instance's first boot. Without
+# it, a journal file journald opens after this point (a user's first message: user-1000.journal) is captured.
 if [ -d /run/systemd/system ]; then
     systemctl stop syslog.socket rsyslog.service 2>/dev/null || true
+    journalctl --relinquish-var 2>/dev/null || true
 fi
 find /var/log -type f \( -name '*.gz' -o -name '*.[0-9]' -o -name '*.old' \) -delete
 rm -rf /var/log/journal/*
