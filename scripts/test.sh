@@ -4,7 +4,7 @@
 #   --checks-only  the lint and release checks alone, on .venv (.ci/run runs them while the test bed builds)
 #   --no-checks    pytest alone
 # pytest runs its files side by side in NEURON_TORCH_TEST_WORKERS processes (pytest-xdist, default 3; 0 runs them
-# in this one process): most of the slow tests wait on docker, ssh, apt and pip rather than on the CPU. Each file is
+# in this one process); on 2 cores the heavy files then run about 2x slower each, so the gain is small. Each file is
 # one unit of work for one worker, files that share a resource are one unit (tests/conftest.py, "lanes"), and the
 # longest units start first.
 set -euo pipefail
