@@ -65,8 +65,9 @@ RUN --mount=type=secret,id=ca \
 # The venv, filled only from the cell's hash lock, then checked. First the lock gate (src/neuron_torch/lockgate.py, the
 # same file `neuron-torch build image` applies): a lock for another cell, an unsealed or edited one, or one holding a
 # CUDA torch, the PyPI placeholder or nvidia-* stops the build before pip. Then lockinstall.py, the one lock
-# installation (the python_env role and the bundle's install.sh run it too): each index's entries from that index
-# alone (INDEX_ROUTES: NAME=URL of each index, from the matrix and its mirror settings), --require-hashes --no-deps.
+# installation (the python_env role and the bundle's install.sh run it too; it reads the lock through locktext.py over
+# lockgate.py, the one lock parser): each index's entries from that index alone (INDEX_ROUTES: NAME=URL of each index,
+# from the matrix and its mirror settings), --require-hashes --no-deps.
 FROM python AS venv
 SHELL ["/bin/bash", "-o", "pipefail", "-c"]
 ARG CELL_DIR

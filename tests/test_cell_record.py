@@ -14,9 +14,11 @@ from typing import Any
 import jsonschema
 import pytest
 
+from neuron_torch.buildargs import build_args
 from neuron_torch.cellinfo import cell_record
 from neuron_torch.cellrecord import SCHEMA_FILE, cell_schema, schema_version
 from neuron_torch.cli import main
+from neuron_torch.errors import NeuronTorchError
 from neuron_torch.matrix import Matrix, load_matrix
 from neuron_torch.render_ansible import ansible_data
 from tests import load_module
@@ -128,3 +130,19 @@ def test_the_ansible_filter_refuses_an_unknown_schema_version(records: dict[str,
             assert run.returncode != 0, run.stdout
             assert f"neuron_release.cells['{good['id']}'] (the release vars" in run.stdout + run.stderr
             assert "the cell record has schema 2" in run.stdout + run.stderr
+
+
+def test_the_image_build_args_are_read_from_the_cell_record(matrix: Matrix) -> None:
+    """The Dockerfile's consumer reads the record: what the record says reaches the build arguments, and a record of
+    another schema version is refused before any argument is made."""
+    for cell in matrix.cells:
+        record = cell_record(matrix, cell)
+        args = build_args(matrix, record)
+        assert args["PINS"].split() == [f"{name}=={version}" for name, version in cell.pins.items()]
+        assert args["APT_PACKAGES"].split() == [p.apt_pin for p in matrix.apt.packages if p.scope == "image"]
+        assert (args["CELL_ID"], args["PYTHON"], args["PYTHON_ROUTE"]) == (cell.id, cell.python, cell.python_route)
+    edited = {**record, "base_image": "registry.example/ubuntu:edited", "apt": {"aws-neuronx-tools": "9.9"}}
+    args = build_args(matrix, edited)
+    assert (args["BASE_IMAGE"], args["APT_PACKAGES"]) == ("registry.example/ubuntu:edited", "aws-neuronx-tools=9.9*")
+    with pytest.raises(NeuronTorchError, match=r"schema 99.*reads cell record schema"):
+        build_args(matrix, {**record, "schema": 99})

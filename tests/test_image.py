@@ -22,6 +22,7 @@ import pytest
 
 from neuron_torch.build import plan_image_build, run_image_build
 from neuron_torch.buildargs import build_args
+from neuron_torch.cellinfo import cell_record
 from neuron_torch.cli import main
 from neuron_torch.errors import NeuronTorchError
 from neuron_torch.matrix import Matrix, load_matrix
@@ -46,7 +47,7 @@ def test_every_real_cell_renders_consistent_build_args(matrix: Matrix) -> None:
     assert len(matrix.cells) == 12
     default_index = next(i.url for i in matrix.indexes if i.is_default)
     for cell in matrix.cells:
-        rendered = build_args(matrix, cell)
+        rendered = build_args(matrix, cell_record(matrix, cell))
         assert rendered["BASE_IMAGE"] == cell.os.base_image in ("ubuntu:24.04", "ubuntu:26.04")
         assert rendered["PYTHON"] == cell.python and rendered["FAMILY"] == cell.family.name
         assert rendered["CELL_ID"] == cell.id and rendered["RELEASE"] == matrix.release.name

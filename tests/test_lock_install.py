@@ -94,4 +94,4 @@ def test_every_builder_runs_the_one_installer() -> None:
         assert call in text, f"{path} no longer runs lockinstall.py"
         assert own not in text, f"{path} installs the lock with pip itself again"
     bundle = (REPO / "src" / "neuron_torch" / "bundle.py").read_text()
-    assert 'LOCK_INSTALLER = ("lockinstall.py", "locktext.py")' in bundle
+    assert 'LOCK_INSTALLER = ("lockinstall.py", "locktext.py", "lockgate.py")' in bundle

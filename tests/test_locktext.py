@@ -1,6 +1,7 @@
 """One lock reader and one name normaliser where the toolkit is not installed (issue 17): verify-device's cell pins,
 the testinfra suite and the Ansible filter plugin all read locks through smoke_tests/neuron_smoke/locktext.py, and
-agree with the toolkit's own reader (neuron_torch.lockfile) and name normaliser (neuron_torch.matrix)."""
+agree with the toolkit's own reader (neuron_torch.lockfile) and name normaliser (neuron_torch.matrix): locktext.py
+parses nothing itself, it reads through lockgate.py beside it, the toolkit's one lock parser, copied by render."""
 
 from __future__ import annotations
 
@@ -56,3 +57,24 @@ def test_the_testinfra_suite_normalises_names_with_locktext() -> None:
         assert "re.sub(" not in path.read_text(), f"{path.name} normalises names itself again"
     conftest = load_module(REPO / "smoke_tests" / "infra" / "conftest.py", "nt17_locktext_infra_conftest")
     assert conftest.canonical.__wrapped__()("Torch_Neuronx") == "torch-neuronx"
+
+
+def test_locktext_parses_nothing_itself_and_keeps_what_pip_needs() -> None:
+    """locktext.py shapes what lockgate.py (the one lock parser) read: no pattern of its own; an entry's marker and
+    hashes reach pip as the lock wrote them."""
+    source = (REPO / "smoke_tests" / "neuron_smoke" / "locktext.py").read_text()
+    assert "import re\n" not in source and "re.compile" not in source
+    groups = load_module(REPO / "smoke_tests" / "neuron_smoke" / "locktext.py", "nt17_locktext_markers").groups(LOCK)
+    assert groups[0]["requirements"] == (
+        "Jinja2==3.1.6 \\\n    --hash=sha256:aa\n"
+        'Zope.Interface==7.2 ; python_version >= "3.11" \\\n    --hash=sha256:cc\n'
+    )
+
+
+def test_the_smoke_tests_lock_parser_is_the_toolkits_own_file() -> None:
+    """smoke_tests/neuron_smoke/lockgate.py is written by `neuron-torch render` from src/neuron_torch/lockgate.py
+    (`render --check` fails when it is stale): one parser, installed where the toolkit is not."""
+    copy = (REPO / "smoke_tests" / "neuron_smoke" / "lockgate.py").read_text()
+    note, body = copy.split("\n", 1)
+    assert note.startswith("# A copy of src/neuron_torch/lockgate.py, written by `neuron-torch render`")
+    assert body == (REPO / "src" / "neuron_torch" / "lockgate.py").read_text()

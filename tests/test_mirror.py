@@ -7,6 +7,7 @@ from pathlib import Path
 import pytest
 
 from neuron_torch.buildargs import build_args
+from neuron_torch.cellinfo import cell_record
 from neuron_torch.errors import NeuronTorchError
 from neuron_torch.matrix import Matrix
 from neuron_torch.mirror import (
@@ -45,9 +46,11 @@ def test_python_downloads_reach_the_image_build_args(matrix: Matrix, tmp_path: P
     url = "https://m/uv/download-metadata.json"
     mirrored = apply_mirror(matrix, load_mirror(write(tmp_path, f'[python]\ndownloads_json_url = "{url}"\n')))
     cell = next(c for c in mirrored.cells if c.python_route == "uv-standalone")
-    args = build_args(mirrored, cell)
+    args = build_args(mirrored, cell_record(mirrored, cell))
     assert args["UV_PYTHON_DOWNLOADS_JSON_URL"] == url and args["UV_PYTHON_INSTALL_MIRROR"] == ""
-    assert build_args(matrix, cell)["UV_PYTHON_DOWNLOADS_JSON_URL"] == "", "no mirror: uv's built-in list"
+    assert build_args(matrix, cell_record(matrix, cell))["UV_PYTHON_DOWNLOADS_JSON_URL"] == "", (
+        "no mirror: uv's built-in list"
+    )
     assert args["UV_SHA256"] == matrix.python_install.uv_sha256
 
 

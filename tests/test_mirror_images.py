@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from neuron_torch.buildargs import build_args
+from neuron_torch.cellinfo import cell_record
 from neuron_torch.matrix import Matrix
 from neuron_torch.mirror import apply_mirror, load_mirror
 
@@ -32,7 +33,7 @@ def test_a_mapped_base_reaches_the_image_build_args_of_its_cells_only(matrix: Ma
     mirror = load_mirror(write(tmp_path, settings))
     mirrored = apply_mirror(matrix, mirror)
     assert f"base image ubuntu:26.04: {REMOTE}{DIGEST}" in mirror.describe()
-    bases = {cell.id: build_args(mirrored, cell)["BASE_IMAGE"] for cell in mirrored.cells}
+    bases = {cell.id: build_args(mirrored, cell_record(mirrored, cell))["BASE_IMAGE"] for cell in mirrored.cells}
     assert {cell.id: cell.os.base_image for cell in matrix.cells} == {
         cell_id: ("ubuntu:26.04" if base == REMOTE + DIGEST else base) for cell_id, base in bases.items()
     }  # every 26.04 cell's base is the mirror's, every other cell's the release's

@@ -21,7 +21,7 @@ import pytest
 
 from neuron_torch.cli import main
 from neuron_torch.lockfile import read_lock
-from neuron_torch.matrix import Matrix
+from neuron_torch.matrix import Matrix, canonical_name
 from neuron_torch.routing import project_url
 from tests.testbed.harness import CELL, TEST_MATRIX, built_testbed
 
@@ -54,11 +54,11 @@ def installed(python: Path) -> dict[str, str]:
         capture_output=True,
         text=True,
     )
-    return {re.sub(r"[-_.]+", "-", p["name"]).lower(): p["version"] for p in json.loads(listed.stdout)}
+    return {canonical_name(p["name"]): p["version"] for p in json.loads(listed.stdout)}
 
 
 def locked(path: Path) -> dict[str, str]:
-    return {re.sub(r"[-_.]+", "-", p.name).lower(): p.version for p in read_lock(path).packages}
+    return {canonical_name(p.name): p.version for p in read_lock(path).packages}
 
 
 def run_cli(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str]:

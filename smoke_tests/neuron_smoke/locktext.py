@@ -1,9 +1,12 @@
 """Reading a neuron-torch hash lock (or any pip-tools lock) without the toolkit: standard library only.
 
-The one reader for the places that run without neuron_torch installed: verify-device's cell pins (cells.py), the
+The reader for the places that run without neuron_torch installed: verify-device's cell pins (cells.py), the
 testinfra suite (smoke_tests/infra/conftest.py loads this file by path), the Ansible filter plugin
-(ansible/filter_plugins/neuron_lock.py, likewise) and the one lock installer (lockinstall.py, beside it). The
-toolkit's own reader is neuron_torch.lockfile.
+(ansible/filter_plugins/neuron_lock.py, likewise) and the one lock installer (lockinstall.py, beside it).
+
+It parses nothing itself: lockgate.py beside it is the one lock parser and the one PEP 503 name normaliser
+(`neuron-torch render` writes it, a copy of the toolkit's src/neuron_torch/lockgate.py), and this module gives its
+result the shapes these consumers use. Wherever this file is copied, lockgate.py goes beside it.
 
 A lock entry is `name==version \\` followed by `--hash=...` lines and comments, one of which is `# from INDEX_URL`:
 the index the entry was locked from.
@@ -11,34 +14,41 @@ the index the entry was locked from.
 
 from __future__ import annotations
 
-import re
+import importlib.util
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from types import ModuleType
 from typing import Any
 
-_ENTRY = re.compile(r"^(?P<name>[A-Za-z0-9][A-Za-z0-9._-]*)==(?P<version>[^\s\\;]+)")
-_FROM = re.compile(r"^\s*#\s*from\s+(?P<url>\S+)")
-_INDEX = re.compile(r"^#\s*index\s+(?P<name>[^:\s]+):\s*(?P<url>\S+)")
+
+def _lockgate() -> ModuleType:
+    """lockgate.py beside this file, however this file was loaded (as neuron_smoke.locktext or by its path)."""
+    name = "neuron_torch_lockgate"
+    if name in sys.modules:
+        return sys.modules[name]
+    path = Path(__file__).with_name("lockgate.py")
+    spec = importlib.util.spec_from_file_location(name, path)
+    if spec is None or spec.loader is None or not path.is_file():
+        raise ImportError(f"{path} is missing: lockgate.py (the lock parser) must be copied beside locktext.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module  # before it runs: its dataclasses look their module up
+    spec.loader.exec_module(module)
+    return module
 
 
-def canonical(name: str) -> str:
-    """The PEP 503 normalised name: runs of - _ . become one -, lowercase."""
-    return re.sub(r"[-_.]+", "-", name).lower()
+_GATE = _lockgate()
+canonical: Callable[[str], str] = _GATE.canonical_name  # runs of - _ . become one -, lowercase
 
 
 def entries(text: str) -> list[dict[str, Any]]:
-    """Each entry: {name (canonical), version, lines (the requirement and its --hash lines), index_url (if noted)}."""
+    """Each entry: {name (canonical), version, requirement (pin, marker and --hash lines), index_url (if noted)}."""
     found: list[dict[str, Any]] = []
-    for line in text.splitlines():
-        match = _ENTRY.match(line)
-        if match:
-            found.append({"name": canonical(match["name"]), "version": match["version"], "lines": [line]})
-            continue
-        if not found or not line.startswith((" ", "\t")):
-            continue
-        source = _FROM.match(line)
-        if source:
-            found[-1]["index_url"] = source["url"]
-        elif line.strip().startswith("--hash"):
-            found[-1]["lines"].append(line)
+    for package in _GATE.parse_lock(text, Path("lock")).packages:
+        entry = {"name": canonical(package.name), "version": package.version, "requirement": package.requirement}
+        if package.index_url:
+            entry["index_url"] = package.index_url
+        found.append(entry)
     return found
 
 
@@ -49,7 +59,8 @@ def versions(text: str) -> dict[str, str]:
 
 def indexes(text: str) -> dict[str, str]:
     """{index name: url} from the lock's header (`# index NAME: URL`), in the lock's order."""
-    return {m["name"]: m["url"] for m in map(_INDEX.match, text.splitlines()) if m}
+    found: dict[str, str] = _GATE.parse_lock(text, Path("lock")).indexes
+    return found
 
 
 def groups(text: str, overrides: dict[str, str] | None = None) -> list[dict[str, str]]:
@@ -69,9 +80,7 @@ def groups(text: str, overrides: dict[str, str] | None = None) -> list[dict[str,
         url = entry.get("index_url")
         if not url:
             raise ValueError(f"lock entry {entry['name']} has no '# from INDEX_URL' line: regenerate the lock")
-        lines = entry["lines"]
-        lines = [line.rstrip(" \\") + " \\" for line in lines[:-1]] + [lines[-1].rstrip(" \\")]
-        grouped.setdefault(url, []).append("\n".join(lines))
+        grouped.setdefault(url, []).append(entry["requirement"])
     result = []
     for url, requirements in grouped.items():
         name = names.get(url, url)

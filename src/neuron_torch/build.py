@@ -1,7 +1,8 @@
-"""`neuron-torch build image`: build one cell's container image from the Dockerfile with arguments from the matrix.
+"""`neuron-torch build image`: build one cell's container image from the Dockerfile with arguments from its record.
 
-The build arguments come from buildargs.build_args; the cell's hash lock and cell record are staged under
-build/image/ (inside the build context, see .dockerignore) and copied into the image at /etc/neuron-torch/.
+The cell's hash lock and cell record are staged under build/image/ (inside the build context, see .dockerignore) and
+copied into the image at /etc/neuron-torch/; the build arguments come from buildargs.build_args, which reads that
+record (and the matrix for what is release-wide).
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
+from typing import Any
 from urllib.parse import urlsplit
 
 from neuron_torch.buildargs import DOCKER_TAG, build_args
@@ -113,21 +115,22 @@ def require_lock(matrix: Matrix, cell: Cell, lock: Path | None) -> Path:
     return path
 
 
-def stage(matrix: Matrix, cell: Cell, lock: Path, *, write: bool = True) -> Path:
-    """Write the lock and the cell record (with the locked versions) where the Dockerfile's COPY finds them."""
+def stage(matrix: Matrix, cell: Cell, lock: Path, *, write: bool = True) -> tuple[Path, dict[str, Any]]:
+    """Write the lock and the cell record (with the locked versions) where the Dockerfile's COPY finds them; return
+    the folder and the record (the build arguments are read from it)."""
     text = with_pip_options(read_lock_text(lock), pip_options(matrix.indexes, None))  # the build's own indexes
     digest = hashlib.sha256(text.encode()).hexdigest()[:12]
     folder = matrix.root / "build" / "image" / f"{cell.id}-{digest}"
-    if not write:
-        return folder  # a dry run names the folder and writes nothing
-    folder.mkdir(parents=True, exist_ok=True)
-    (folder / "lock.txt").write_text(text, encoding="utf-8")
     record = cell_record(matrix, cell)
     record["locked"] = {package.name: package.version for package in read_lock(lock).packages}
+    if not write:
+        return folder, record  # a dry run names the folder and writes nothing
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "lock.txt").write_text(text, encoding="utf-8")
     (folder / "cell.json").write_text(json.dumps(record, indent=2) + "\n", encoding="utf-8")
     gate = {"forbidden": matrix.forbidden}  # the rules lockgate.py applies inside the build, before pip
     (folder / "gate.json").write_text(json.dumps(gate, indent=2) + "\n", encoding="utf-8")
-    return folder
+    return folder, record
 
 
 def plan_image_build(
@@ -153,9 +156,9 @@ def plan_image_build(
                 f"--tag {tag!r} is not a docker image reference: NAME[:TAG], lowercase name parts of letters, digits "
                 "and . _ - separated by /, a tag of up to 128 letters, digits, . _ - (e.g. registry.example/ml/nt:1)"
             )
-    stage_dir = stage(matrix, cell, lock_path, write=not dry_run)
+    stage_dir, record = stage(matrix, cell, lock_path, write=not dry_run)
     tags = tags or default_tags(matrix, cell)
-    arguments = {**build_args(matrix, cell), "CELL_DIR": stage_dir.relative_to(matrix.root).as_posix()}
+    arguments = {**build_args(matrix, record), "CELL_DIR": stage_dir.relative_to(matrix.root).as_posix()}
     command = [docker_binary(), "build", "--file", str(matrix.root / "Dockerfile"), "--progress", "plain"]
     for tag in tags:
         command += ["--tag", tag]

@@ -1,11 +1,19 @@
-"""The image build arguments of a cell, from the matrix: `neuron-torch build image` passes them (plus the staged
-lock and cell record) as `--build-arg`s; `build image --dry-run` prints them."""
+"""The image build arguments of a cell, from its cell record: `neuron-torch build image` stages the record (with the
+locked versions) and passes these (plus the staged folder) as `--build-arg`s; `build image --dry-run` prints them.
+
+What is the cell's own comes from the record (cell.schema.json, its schema version checked first); what the record
+does not hold (the apt repository, uv, the indexes, all release-wide) comes from the matrix with its mirror settings.
+"""
 
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
+from typing import Any
 
-from neuron_torch.matrix import AptScope, Cell, Matrix
+from neuron_torch.cellrecord import check_record
+from neuron_torch.matrix import Matrix
+from neuron_torch.model import apt_pin
 
 # docker's reference grammar (distribution/reference): [host[:port]/]name-components[:tag]; a tag to write (--tag)
 DOCKER_TAG = re.compile(
@@ -17,16 +25,21 @@ DOCKER_TAG = re.compile(
 DOCKER_REFERENCE = re.compile(DOCKER_TAG.pattern + r"(?:@sha256:[0-9a-f]{64})?")
 
 
-def build_args(matrix: Matrix, cell: Cell) -> dict[str, str]:
-    """Every ARG of the Dockerfile that comes from the matrix, for one cell."""
+# The record's pins (key -> distribution), in install order: torch-neuronx first, then torch, then the release's own.
+RECORD_PINS = {"torch_neuronx": "torch-neuronx", "torch": "torch", "neuronx_cc": "neuronx-cc", "nki": "nki"}
+
+
+def build_args(matrix: Matrix, record: Mapping[str, Any]) -> dict[str, str]:
+    """Every ARG of the Dockerfile that comes from the release, for the cell of `record` (a cell record)."""
+    record = check_record(dict(record), f"the cell record of {record.get('id', 'an image build')}")
     default = next(index for index in matrix.indexes if index.is_default)
     return {
-        "BASE_IMAGE": cell.os.base_image,
-        "CELL_ID": cell.id,
-        "RELEASE": matrix.release.name,
-        "FAMILY": cell.family.name,
-        "PYTHON": cell.python,
-        "PYTHON_ROUTE": cell.python_route,
+        "BASE_IMAGE": record["base_image"],
+        "CELL_ID": record["id"],
+        "RELEASE": record["release"],
+        "FAMILY": record["family"],
+        "PYTHON": record["python"],
+        "PYTHON_ROUTE": record["python_route"],
         "UV_VERSION": matrix.python_install.uv,
         "UV_SHA256": matrix.python_install.uv_sha256,
         "UV_PYTHON_DOWNLOADS_JSON_URL": matrix.python_install.downloads_json_url,
@@ -36,9 +49,9 @@ def build_args(matrix: Matrix, cell: Cell) -> dict[str, str]:
         "APT_KEY_FINGERPRINT": matrix.apt.key_fingerprint,
         "APT_KEYRING": matrix.apt.keyring,
         "APT_COMPONENT": matrix.apt.component,
-        "APT_PACKAGES": " ".join(package.apt_pin for package in matrix.apt.scoped(AptScope.IMAGE)),
+        "APT_PACKAGES": " ".join(apt_pin(name, version) for name, version in record["apt"].items()),
         # NAME=URL of each index: lockinstall.py installs each index's lock entries from its URL alone.
         "INDEX_ROUTES": " ".join(f"{index.name}={index.url}" for index in matrix.indexes),
         "PYPI_INDEX_URL": default.url,
-        "PINS": " ".join(f"{name}=={version}" for name, version in cell.pins.items()),
+        "PINS": " ".join(f"{dist}=={record[key]}" for key, dist in RECORD_PINS.items() if record.get(key)),
     }

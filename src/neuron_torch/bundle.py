@@ -34,7 +34,7 @@ INSTALL_SH = Path(__file__).with_name("bundle_install.sh")
 # The one apt key fingerprint check (the Dockerfile's keyring stage and the neuron_repo role run it too).
 APT_KEY_SH = Path(__file__).with_name("aptkey.sh")
 # The one lock installation (smoke_tests/neuron_smoke/ of the checkout, standard library only), shipped in the bundle.
-LOCK_INSTALLER = ("lockinstall.py", "locktext.py")
+LOCK_INSTALLER = ("lockinstall.py", "locktext.py", "lockgate.py")  # the installer, its reader, the one parser
 
 
 @dataclass(frozen=True)

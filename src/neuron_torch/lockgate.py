@@ -55,10 +55,17 @@ class LockedPackage:
     operator: str
     hashes: tuple[str, ...]
     index_url: str | None
+    marker: str = ""  # an environment marker after the pin (`; python_version >= "3.12"`), kept for pip
 
     @property
     def pin(self) -> str:
         return f"{canonical_name(self.name)}=={self.version}"
+
+    @property
+    def requirement(self) -> str:
+        """The entry as pip reads it: the pin (and its marker), then each hash on a continued line."""
+        head = f"{self.name}{self.operator}{self.version}" + (f" {self.marker}" if self.marker else "")
+        return " \\\n    ".join([head, *(f"--hash=sha256:{digest}" for digest in self.hashes)])
 
     def seal(self) -> str:
         material = "\n".join([self.pin, *sorted(self.hashes)])
@@ -121,7 +128,8 @@ def parse_lock(text: str, path: Path) -> Lock:
         if current is not None:
             packages.append(current)
         hashes = tuple(m["digest"] for m in _HASH.finditer(requirement["rest"]))
-        current = LockedPackage(requirement["name"], requirement["version"], requirement["op"], hashes, None)
+        marker = _HASH.sub("", requirement["rest"]).strip()
+        current = LockedPackage(requirement["name"], requirement["version"], requirement["op"], hashes, None, marker)
     if current is not None:
         packages.append(current)
     return Lock(

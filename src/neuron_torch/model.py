@@ -106,6 +106,11 @@ class Instance:
         return self.logical_devices or None
 
 
+def apt_pin(name: str, version: str) -> str:
+    """apt's `name=version*`: the repository's versions carry a build-hash suffix (2.35.30.0-1a2b3c4d5)."""
+    return f"{name}={version}*"
+
+
 @dataclass(frozen=True)
 class AptPackage:
     name: str
@@ -114,8 +119,7 @@ class AptPackage:
 
     @property
     def apt_pin(self) -> str:
-        # The repository's versions carry a build-hash suffix (2.35.30.0-1a2b3c4d5), hence the trailing '*'.
-        return f"{self.name}={self.version}*"
+        return apt_pin(self.name, self.version)
 
 
 @dataclass(frozen=True)

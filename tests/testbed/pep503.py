@@ -4,13 +4,15 @@ from __future__ import annotations
 
 import hashlib
 import html
-import re
 import shutil
 from pathlib import Path
 
+from packaging.utils import canonicalize_name
+
 
 def canonical_name(name: str) -> str:
-    return re.sub(r"[-_.]+", "-", name).lower()
+    """PEP 503's normalised name as pip and PyPI compute it (packaging's, not the toolkit's: the twin is the index)."""
+    return str(canonicalize_name(name))
 
 
 def _project_of(filename: str) -> str:
