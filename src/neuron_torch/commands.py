@@ -270,4 +270,4 @@ def cmd_build_ami(args: argparse.Namespace, matrix: Matrix) -> int:
         if not sep or not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", name):
             raise NeuronTorchError(f"--var takes NAME=VALUE (e.g. region=eu-west-1), not {value!r}")
         extra.append(f"-var={value}")
-    return build_ami(matrix, args.cell, args.only, args.packer, extra, lock=args.lock)
+    return build_ami(matrix, args.cell, only=args.only, packer=args.packer, extra=extra, lock=args.lock)

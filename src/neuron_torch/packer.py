@@ -14,6 +14,7 @@ import shutil
 import subprocess
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 from neuron_torch.build import require_lock
 from neuron_torch.choices import PACKER_SOURCES
@@ -127,12 +128,7 @@ def prepare_build(
     return [packer, "build", *selection, *var_args(matrix, cell.id), *extra, str(staged)]
 
 
-def build(
-    matrix: Matrix,
-    cell_id: str,
-    only: str | None = None,
-    packer: str = "packer",
-    extra: Sequence[str] = (),
-    lock: Path | None = None,
-) -> int:
-    return run(prepare_build(matrix, cell_id, only, packer, extra, lock), matrix)
+def build(matrix: Matrix, cell_id: str, **options: Any) -> int:
+    """`packer build` of one cell, after everything prepare_build checks (its keyword options: only, packer, extra,
+    lock)."""
+    return run(prepare_build(matrix, cell_id, **options), matrix)
