@@ -1,7 +1,7 @@
 """smoke_tests/neuron_smoke/lockinstall.py, the one lock installation: its pip runs (each index's entries from that
 index alone, mirrors by index name, offline from one folder), its refusals, and that the image build, the python_env
 role and the bundle's install.sh all run it. The real installs are the consumers' own tests: test_image (the venv
-stage), test_ansible's molecule converge, test_quickstart's offline bundle."""
+stage), test_molecule's converge, test_quickstart's offline bundle."""
 
 from __future__ import annotations
 
