@@ -46,7 +46,7 @@ def test_molecule_converges_both_python_routes_idempotently_and_passes_the_share
     molecule = tool("molecule")
     env = molecule_env(folder)
     run([molecule, "destroy"], cwd=ANSIBLE, timeout=600, env=env)  # --destroy never also skips the first destroy
-    result = run([molecule, "test", "--destroy", "never"], cwd=ANSIBLE, timeout=1800, env=env)
+    result = run([molecule, "test", "--destroy", "never"], cwd=ANSIBLE, timeout=2700, env=env)  # a ceiling (1347 s)
     output = result.stdout + result.stderr
     try:
         assert result.returncode == 0, output[-12000:]

@@ -215,7 +215,7 @@ def test_a_second_concurrent_run_fails_at_the_device_stage_naming_the_holder(
 ) -> None:
     second = tmp_path / "second"
     second.mkdir()
-    run = fverify(sim_env, "--stages=environment,device,matmul", tmp=second, timeout=120)
+    run = fverify(sim_env, "--stages=environment,device,matmul", tmp=second)
     assert run.returncode == 1
     device = run.stage("device")
     assert device["status"] == "fail"

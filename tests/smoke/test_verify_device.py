@@ -115,7 +115,7 @@ def test_fallback_ops_fail_unless_allowed(sim_env: dict[str, str], tmp_path: Pat
 def test_hang_times_out_naming_the_stage(sim_env: dict[str, str], tmp_path: Path, fverify: Verify) -> None:
     env = {**sim_env, "NEURON_SIM_FAULT": "hang"}
     # Every stage gets the timeout: 10 s leaves the environment stage (pip check, cold imports) room when loaded.
-    run = fverify(env, NO_COLLECTIVES, "--timeout", "10", tmp=tmp_path, timeout=90)
+    run = fverify(env, NO_COLLECTIVES, "--timeout", "10", tmp=tmp_path)
     assert run.returncode == 1
     assert run.stage("matmul")["failures"] == ["matmul: timed out after 10s (a device call did not return)"]
     assert run.stage("model")["reason"] == "skipped: stage matmul timed out, the device may be wedged"
