@@ -6,7 +6,8 @@ testinfra suite (smoke_tests/infra/conftest.py loads this file by path), the Ans
 
 It parses nothing itself: lockgate.py beside it is the one lock parser and the one PEP 503 name normaliser
 (`neuron-torch render` writes it, a copy of the toolkit's src/neuron_torch/lockgate.py), and this module gives its
-result the shapes these consumers use. Wherever this file is copied, lockgate.py goes beside it.
+result the shapes these consumers use (each call parses the lock once). Wherever this file is copied, lockgate.py
+goes beside it.
 
 A lock entry is `name==version \\` followed by `--hash=...` lines and comments, one of which is `# from INDEX_URL`:
 the index the entry was locked from.
@@ -41,25 +42,19 @@ _GATE = _lockgate()
 canonical: Callable[[str], str] = _GATE.canonical_name  # runs of - _ . become one -, lowercase
 
 
-def entries(text: str) -> list[dict[str, Any]]:
-    """Each entry: {name (canonical), version, requirement (pin, marker and --hash lines), index_url (if noted)}."""
-    found: list[dict[str, Any]] = []
-    for package in _GATE.parse_lock(text, Path("lock")).packages:
-        entry = {"name": canonical(package.name), "version": package.version, "requirement": package.requirement}
-        if package.index_url:
-            entry["index_url"] = package.index_url
-        found.append(entry)
-    return found
+def _parse(text: str) -> Any:
+    """The lock as lockgate.py reads it (its Lock: indexes, packages with name, version, requirement, index_url)."""
+    return _GATE.parse_lock(text, Path("lock"))
 
 
 def versions(text: str) -> dict[str, str]:
     """{canonical name: version} of every locked package."""
-    return {entry["name"]: entry["version"] for entry in entries(text)}
+    return {canonical(package.name): package.version for package in _parse(text).packages}
 
 
 def indexes(text: str) -> dict[str, str]:
     """{index name: url} from the lock's header (`# index NAME: URL`), in the lock's order."""
-    found: dict[str, str] = _GATE.parse_lock(text, Path("lock")).indexes
+    found: dict[str, str] = _parse(text).indexes
     return found
 
 
@@ -70,17 +65,18 @@ def groups(text: str, overrides: dict[str, str] | None = None) -> list[dict[str,
     of its index alone (and `--no-deps`) keeps pip's index routing exactly as the lock recorded it.
     """
     overrides = overrides or {}
-    names = {url: name for name, url in indexes(text).items()}
+    lock = _parse(text)
+    names = {url: name for name, url in lock.indexes.items()}
     unknown = sorted(set(overrides) - set(names.values()))
     if unknown:
         known = ", ".join(names.values())
         raise ValueError(f"index override(s) {', '.join(unknown)} name no index of the lock ({known})")
     grouped: dict[str, list[str]] = {}
-    for entry in entries(text):
-        url = entry.get("index_url")
-        if not url:
-            raise ValueError(f"lock entry {entry['name']} has no '# from INDEX_URL' line: regenerate the lock")
-        grouped.setdefault(url, []).append(entry["requirement"])
+    for package in lock.packages:
+        if not package.index_url:
+            name = canonical(package.name)
+            raise ValueError(f"lock entry {name} has no '# from INDEX_URL' line: regenerate the lock")
+        grouped.setdefault(package.index_url, []).append(package.requirement)
     result = []
     for url, requirements in grouped.items():
         name = names.get(url, url)
