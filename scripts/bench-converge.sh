@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Time the molecule scenario (ansible/molecule/default: both Python routes on the Ubuntu twins) step by step, with
-# Ansible's profile_tasks callback: prints each step's wall time and the slowest tasks of the converge and of the
+# Time the molecule scenario (ansible/molecule/default: the uv-standalone route on the Ubuntu 26.04 twin) step by step,
+# with Ansible's profile_tasks callback: prints each step's wall time and the slowest tasks of the converge and of the
 # idempotence run. Needs the test bed serving (scripts/testbed.sh build) and docker; the scenario's containers are
 # destroyed at the end. Usage: scripts/bench-converge.sh [TOP_TASKS (default 15)]
 set -euo pipefail

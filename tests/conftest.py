@@ -55,7 +55,7 @@ SHARED = {
 SECONDS = {
     "tests/test_fleet.py": 1218,
     "tests/test_packer.py": 1054,
-    "tests/test_molecule.py": 1010,
+    "tests/test_molecule.py": 560,
     "smoke-clean-run": 465,
     "image": 452,
     "tests/test_quickstart.py": 193,

@@ -3,9 +3,9 @@
 The container tests need docker, the base image `neuron-torch-base:debian12` and (for molecule) the hermetic test bed
 serving on 127.0.0.1:38080 and the Ubuntu twins; they skip with the reason when those are missing. The test bed's
 folder is `$NEURON_TORCH_TESTBED_DIR` or `.testbed/` of the checkout (scripts/testbed.sh build writes it). The molecule
-converge (both Python routes, one run, tests/test_molecule.py, with this file's helpers) is on Ubuntu twins with fixture
-torch; the one converge of the real CPU torch with verify-device is the Packer docker build of 2.13-py3.11-debian12
-(tests/test_packer.py).
+converge (the uv-standalone route, tests/test_molecule.py, with this file's helpers; the distro route is
+tests/test_fleet.py's) is on the Ubuntu twins with fixture torch; the one converge of the real CPU torch with
+verify-device is the Packer docker build of 2.13-py3.11-debian12 (tests/test_packer.py).
 """
 
 from __future__ import annotations
@@ -34,9 +34,8 @@ ANSIBLE = REPO / "ansible"
 VENV = REPO / ".venv-ansible" / "bin"
 BASE_IMAGE = "neuron-torch-base:debian12"
 TEST_CELL = "2.13-py3.11-debian12"
-# molecule's default scenario (ansible/molecule/default/molecule.yml): the distro-route cell on the Ubuntu 24.04 twin
-# and the uv-standalone cell on the Ubuntu 26.04 twin, in one run.
-MOLECULE_CELL = "2.13-py3.13-ubuntu24.04"
+# molecule's default scenario (ansible/molecule/default/molecule.yml): the uv-standalone cell on the Ubuntu 26.04 twin
+# (the distro-route cell on the Ubuntu 24.04 twin is tests/test_fleet.py's).
 UV_CELL = "2.13-py3.13-ubuntu26.04"
 
 
@@ -310,7 +309,7 @@ def test_unsupported_cell_fails_at_the_first_task_and_leaves_the_host_unchanged(
     assert in_container(fresh_host, "sh", "-c", "ls -A /etc/apt/sources.list.d /opt; ls -A /etc").stdout == before
 
 
-# --- molecule: both Python routes converged, idempotence, each route's interpreter, the shared testinfra suite -------
+# --- molecule: the uv-standalone route converged, idempotence, its interpreter, the shared testinfra suite --------
 
 
 def molecule_env(folder: Path) -> dict[str, str]:

@@ -26,9 +26,11 @@ from typing import Any
 import pytest
 import testinfra
 
+from neuron_torch.matrix import load_matrix
 from tests.test_ansible import ANSIBLE, REPO, docker_ready, find_testbed, molecule_env, run, tool
 from tests.test_ansible import test_release_vars as test_release_vars  # a fixture
 from tests.testbed.ami_traits import ami_trait_problems
+from tests.testbed.harness import TEST_MATRIX
 from tests.testbed.hosts import Fleet, HostError, fleet_cell
 
 # The twin's distro-route cell: the hosts start as the Ubuntu AMI's instances do, with the twin's own python3.
@@ -133,6 +135,17 @@ def test_converge_over_ssh_then_a_second_run_changes_nothing(converged: Converge
 def host_text(fleet: Fleet, name: str, *command: str) -> str:
     result = fleet.exec(name, *command)
     return result.stdout.decode().strip()
+
+
+def test_the_distro_route_venv_runs_the_distributions_interpreter(converged: Converged) -> None:
+    """The distro route's own check (molecule's scenario converges the uv-standalone route): the venv runs the
+    distribution's interpreter of the cell's Python, not a copy of its own."""
+    if converged.second.returncode != 0:
+        pytest.fail("the converge failed (see the converge test)")
+    cell = load_matrix(TEST_MATRIX).cell(FLEET_CELL)
+    assert cell.python_route == "distro"
+    venv_python = host_text(converged.fleet, CONVERGED, "readlink", "-f", "/opt/neuron-torch/venv/bin/python")
+    assert venv_python == f"/usr/bin/python{cell.python}", venv_python
 
 
 def test_apt_timers_are_restored_at_the_end_of_the_play(converged: Converged) -> None:
