@@ -3,8 +3,8 @@ the Ubuntu 26.04 twin, idempotence, the route's interpreter, the shared testinfr
 second run, interpreter and testinfra run are tests/test_fleet.py's, over SSH on the Ubuntu 24.04 twin's systemd host.)
 
 Its own file, so that scripts/test.sh runs it as a unit of its own beside the rest of tests/test_ansible.py (the lanes
-in tests/conftest.py): it is the longest Ansible run of the suite. Needs docker, the twins and the test bed (it skips,
-saying why, without them); the helpers are tests/test_ansible.py's.
+in tests/conftest.py): it is one of the suite's three long Ansible units. Needs docker, the twins and the test bed
+(it skips, saying why, without them); the helpers are tests/test_ansible.py's.
 """
 
 from __future__ import annotations
@@ -42,7 +42,7 @@ def test_molecule_converges_the_uv_standalone_route_idempotently_and_passes_the_
     molecule = tool("molecule")
     env = molecule_env(folder)
     run([molecule, "destroy"], cwd=ANSIBLE, timeout=600, env=env)  # --destroy never also skips the first destroy
-    result = run([molecule, "test", "--destroy", "never"], cwd=ANSIBLE, timeout=2700, env=env)  # a ceiling
+    result = run([molecule, "test", "--destroy", "never"], cwd=ANSIBLE, timeout=2700, env=env)  # a ceiling (774 s)
     output = result.stdout + result.stderr
     try:
         assert result.returncode == 0, output[-12000:]
