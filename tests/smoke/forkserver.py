@@ -73,7 +73,7 @@ class ForkServer:
             raise subprocess.TimeoutExpired("forkserver", timeout)
         return self.proc.stdout.readline().strip()
 
-    def run(self, env: dict[str, str], code: str, timeout: float = 600.0) -> subprocess.CompletedProcess[str]:
+    def run(self, env: dict[str, str], code: str, timeout: float) -> subprocess.CompletedProcess[str]:
         """As subprocess.run([python, "-c", code], env=env, capture_output=True, text=True)."""
         assert self.proc.stdin is not None
         self.count += 1
