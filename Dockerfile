@@ -62,29 +62,32 @@ RUN --mount=type=secret,id=ca \
     && mkdir -p /opt/neuron-torch/python \
     && neuron-torch-python --version
 
-# The venv, filled only from the cell's hash lock, then checked. First the lock gate (src/neuron_torch/lockgate.py, the
-# same file `neuron-torch build image` applies): a lock for another cell, an unsealed or edited one, or one holding a
-# CUDA torch, the PyPI placeholder or nvidia-* stops the build before pip. Then lockinstall.py, the one lock
-# installation (the python_env role and the bundle's install.sh run it too; it reads the lock through locktext.py over
-# lockgate.py, the one lock parser): each index's entries from that index alone (INDEX_ROUTES: NAME=URL of each index,
-# from the matrix and its mirror settings), --require-hashes --no-deps.
+# The venv, filled only from the cell's hash lock, then checked, by neuron_cell (src/neuron_cell: the code that runs
+# with the cell's Python, copied whole, its digest checked against the toolkit's NEURON_CELL_SHA256 before any of it
+# runs). First its lock gate, the same code `neuron-torch build image` applies: a lock for another cell, an unsealed or
+# edited one, or one holding a CUDA torch, the PyPI placeholder or nvidia-* stops the build before pip. Then its one
+# lock installation (the python_env role and the bundle's install.sh run it too): each index's entries from that index
+# alone (INDEX_ROUTES: NAME=URL of each index, from the matrix and its mirror settings), --require-hashes --no-deps.
+# Last, the pins asserted in the venv.
 FROM python AS venv
 SHELL ["/bin/bash", "-o", "pipefail", "-c"]
 ARG CELL_DIR
 ARG CELL_ID
 ARG INDEX_ROUTES
+ARG NEURON_CELL_SHA256
 ARG PINS
-COPY images/docker/assert-pins.py src/neuron_torch/lockgate.py smoke_tests/neuron_smoke/pins.py \
-     smoke_tests/neuron_smoke/locktext.py smoke_tests/neuron_smoke/lockinstall.py /usr/local/lib/neuron-torch/
+COPY src/neuron_cell /opt/neuron-torch/lib/neuron_cell
 COPY ${CELL_DIR}/lock.txt ${CELL_DIR}/gate.json /etc/neuron-torch/
 RUN --mount=type=secret,id=ca --mount=type=cache,id=neuron-torch-pip,target=/root/.cache/pip \
-    neuron-torch-python /usr/local/lib/neuron-torch/lockgate.py --cell "$CELL_ID" \
+    export PYTHONPATH=/opt/neuron-torch/lib \
+    && neuron-torch-python -m neuron_cell --expect "$NEURON_CELL_SHA256" \
+    && neuron-torch-python -m neuron_cell.lockgate --cell "$CELL_ID" \
       --rules /etc/neuron-torch/gate.json /etc/neuron-torch/lock.txt \
     && if [ -s /run/secrets/ca ]; then export PIP_CERT=/run/secrets/ca; fi \
     && "$(readlink -f /usr/local/bin/neuron-torch-python)" -m venv /opt/neuron-torch/venv \
-    && /opt/neuron-torch/venv/bin/python /usr/local/lib/neuron-torch/lockinstall.py --venv /opt/neuron-torch/venv \
+    && /opt/neuron-torch/venv/bin/python -m neuron_cell.lockinstall --venv /opt/neuron-torch/venv \
          --index "$INDEX_ROUTES" /etc/neuron-torch/lock.txt \
-    && /opt/neuron-torch/venv/bin/python /usr/local/lib/neuron-torch/assert-pins.py "$PINS"
+    && /opt/neuron-torch/venv/bin/python -m neuron_cell.assertpins "$PINS"
 
 FROM os AS runtime
 SHELL ["/bin/bash", "-o", "pipefail", "-c"]
@@ -134,12 +137,13 @@ LABEL org.opencontainers.image.title="neuron-torch" \
       io.neuron-torch.pins="${PINS}" \
       io.neuron-torch.apt-pins="${APT_PACKAGES}"
 
-# Changes most often, so last: the cell record, the entrypoint, verify-device and the smoke tests.
+# Changes most often, so last: the cell record, the entrypoint, verify-device, neuron_cell and the smoke tests.
 ARG CELL_DIR
 COPY ${CELL_DIR}/cell.json /etc/neuron-torch/cell.json
 COPY images/docker/entrypoint.sh /usr/local/bin/neuron-torch-entrypoint
 COPY scripts/verify-device.sh /opt/neuron-torch/scripts/verify-device.sh
 RUN ln -s /opt/neuron-torch/scripts/verify-device.sh /usr/local/bin/verify-device
+COPY src/neuron_cell /opt/neuron-torch/lib/neuron_cell
 COPY smoke_tests /opt/neuron-torch/smoke_tests
 USER 1000:1000
 WORKDIR /home/neuron

@@ -6,7 +6,7 @@
 # - .venv-ansible: the Ansible controller (ansible-core needs Python >= 3.12), pinned by
 #   ansible/requirements-controller.txt. NEURON_TORCH_SKIP_ANSIBLE=1 skips it.
 # The two are independent, so they are made side by side. Both install through the project's pinned uv (pyproject's
-# `lock` extra, put into .venv with pip first): uv downloads in parallel and keeps what it downloaded in its cache,
+# uv dependency, put into .venv with pip first): uv downloads in parallel and keeps what it downloaded in its cache,
 # so the second venv, a rerun or another checkout downloads nothing twice. uv does not read pip's configuration, so
 # the find-links, index URLs, constraints and CA bundle that pip has on this machine are handed to it. Each venv is
 # left alone while its inputs (stamped in the venv) are unchanged.
@@ -27,7 +27,7 @@ if ! command -v "$python" >/dev/null; then
 fi
 [ -x .venv/bin/python ] || "$python" -m venv .venv
 uv_pin=$(.venv/bin/python -c 'import tomllib
-print(tomllib.load(open("pyproject.toml", "rb"))["project"]["optional-dependencies"]["lock"][0])')
+print(next(d for d in tomllib.load(open("pyproject.toml", "rb"))["project"]["dependencies"] if d.startswith("uv==")))')
 if [[ "$(.venv/bin/uv --version 2>/dev/null | cut -d' ' -f2)" != "${uv_pin#uv==}" ]]; then
   .venv/bin/python -m pip install --quiet --no-warn-script-location "$uv_pin"
 fi

@@ -3,8 +3,10 @@
 # Runs the neuron_smoke stages (see smoke_tests/README.md); all options go to `python -m neuron_smoke`.
 # Exit codes: 0 all passed, 1 a check failed, 2 usage error, 3 the requested device is not present.
 #
-# Installed as /usr/local/bin/verify-device (a symlink or a copy) with the suite at /opt/neuron-torch/smoke_tests;
-# NEURON_TORCH_SMOKE_DIR and NEURON_TORCH_PYTHON override where the suite and the Python are.
+# Installed as /usr/local/bin/verify-device (a symlink or a copy) with the suite at /opt/neuron-torch/smoke_tests and
+# neuron_cell (the lock and pin code it shares with the builders) at /opt/neuron-torch/lib; in a checkout they are
+# smoke_tests/ and src/. NEURON_TORCH_SMOKE_DIR and NEURON_TORCH_PYTHON override where the suite and the Python are.
+# `pip install` of the toolkit installs a verify-device console script of its own (the same suite, no script).
 set -euo pipefail
 
 INSTALLED_SMOKE_DIR=/opt/neuron-torch/smoke_tests
@@ -36,5 +38,12 @@ if ! command -v "$python" >/dev/null 2>&1; then
   exit 2
 fi
 
-export PYTHONPATH="$smoke_dir${PYTHONPATH:+:$PYTHONPATH}"
+lib_dir="$smoke_dir/../lib"  # installed: /opt/neuron-torch/lib
+if [[ -d "$smoke_dir/../src/neuron_cell" ]]; then lib_dir="$smoke_dir/../src"; fi  # a checkout
+if [[ ! -f "$lib_dir/neuron_cell/__init__.py" ]]; then
+  echo "verify-device: error: neuron_cell not found at $lib_dir (copy src/neuron_cell there, beside the smoke tests)" >&2
+  exit 2
+fi
+
+export PYTHONPATH="$smoke_dir:$lib_dir${PYTHONPATH:+:$PYTHONPATH}"
 exec "$python" -m neuron_smoke "$@"

@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
 from collections.abc import Callable
@@ -181,14 +182,16 @@ def test_build_ami_takes_a_lock_and_packer_variables(
 def test_the_gate_script_the_image_build_runs_refuses_alone(
     tmp_path: Path, matrix: Matrix, good_locks: dict[str, str], case: str
 ) -> None:
-    """src/neuron_torch/lockgate.py as the Dockerfile runs it: a bare interpreter, no neuron_torch importable."""
+    """neuron_cell.lockgate as the Dockerfile runs it: a copy of neuron_cell, no site-packages (-S: neither
+    neuron_torch nor packaging importable)."""
     rules = tmp_path / "gate.json"
     rules.write_text(json.dumps({"forbidden": matrix.forbidden}))
-    script = REPO / "src" / "neuron_torch" / "lockgate.py"
-    env = {"PATH": os.environ["PATH"]}
+    shutil.copytree(REPO / "src" / "neuron_cell", tmp_path / "lib" / "neuron_cell")
+    env = {"PATH": os.environ["PATH"], "PYTHONPATH": str(tmp_path / "lib")}
     for name, text, code in (("good.txt", good_locks[CELL], 0), ("bad.txt", BAD_LOCKS[case][0](good_locks), 1)):
         (tmp_path / name).write_text(text)
-        argv = [sys.executable, "-I", str(script), "--cell", CELL, "--rules", str(rules), str(tmp_path / name)]
+        argv = [sys.executable, "-S", "-m", "neuron_cell.lockgate", "--cell", CELL, "--rules", str(rules)]
+        argv.append(str(tmp_path / name))
         result = subprocess.run(argv, capture_output=True, text=True, env=env, cwd=tmp_path)
         output = result.stdout + result.stderr
         assert result.returncode == code, output

@@ -1,15 +1,14 @@
-"""One lock reader and one name normaliser where the toolkit is not installed (issue 17): verify-device's cell pins,
-the testinfra suite and the Ansible filter plugin all read locks through smoke_tests/neuron_smoke/locktext.py, and
-agree with the toolkit's own reader (neuron_torch.lockfile) and name normaliser (neuron_torch.matrix): locktext.py
-parses nothing itself, it reads through lockgate.py beside it, the toolkit's one lock parser, copied by render."""
+"""One lock parser and one name normaliser everywhere: verify-device's cell pins, the testinfra suite, the Ansible
+filter plugin and the toolkit (neuron_torch.lockfile, neuron_torch.matrix) all read locks through neuron_cell
+(locktext over lockgate, the one parser), and normalise names with the one function, neuron_cell.lockgate's."""
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 
 import pytest
 
+from neuron_cell import lockgate, locktext
 from neuron_torch.lockfile import read_lock
 from neuron_torch.matrix import canonical_name
 from tests import load_module
@@ -31,13 +30,9 @@ WANT = {"jinja2": "3.1.6", "torch-neuronx": "2.13.3.0.1871", "zope-interface": "
 
 
 @pytest.mark.parametrize("name", ["Torch_Neuronx", "torch.neuronx", "TORCH--neuronx", "zope.interface", "nki"])
-def test_every_normaliser_is_the_toolkits(name: str) -> None:
-    sys.path.insert(0, str(REPO / "smoke_tests"))
-    try:
-        from neuron_smoke.locktext import canonical
-    finally:
-        sys.path.remove(str(REPO / "smoke_tests"))
-    assert canonical(name) == canonical_name(name)
+def test_every_normaliser_is_the_one_function(name: str) -> None:
+    assert locktext.canonical is canonical_name is lockgate.canonical_name
+    assert canonical_name(name) == {"nki": "nki", "zope.interface": "zope-interface"}.get(name, "torch-neuronx")
 
 
 def test_the_suite_the_filters_and_the_toolkit_read_a_lock_alike(tmp_path: Path) -> None:
@@ -47,34 +42,22 @@ def test_the_suite_the_filters_and_the_toolkit_read_a_lock_alike(tmp_path: Path)
     filters = load_module(REPO / "ansible" / "filter_plugins" / "neuron_lock.py", "nt17_locktext_filters")
     assert conftest.read_pins(lock) == filters.neuron_lock_versions(LOCK) == WANT
     assert {canonical_name(p.name): p.version for p in read_lock(lock).packages} == WANT
-    groups = load_module(REPO / "smoke_tests" / "neuron_smoke" / "locktext.py", "nt17_locktext").groups(LOCK)
+    groups = locktext.groups(LOCK)
     assert [g["url"] for g in groups] == ["http://127.0.0.1:1/simple/pypi/", "http://127.0.0.1:1/simple/neuron/"]
 
 
-def test_the_testinfra_suite_normalises_names_with_locktext() -> None:
-    """smoke_tests/infra keeps no normaliser of its own: its `canonical` fixture is locktext.canonical."""
-    for path in (REPO / "smoke_tests" / "infra").glob("*.py"):
-        assert "re.sub(" not in path.read_text(), f"{path.name} normalises names itself again"
+def test_the_testinfra_suite_normalises_names_with_the_one_function() -> None:
+    """smoke_tests/infra keeps no normaliser of its own: its `canonical` fixture is neuron_cell's."""
     conftest = load_module(REPO / "smoke_tests" / "infra" / "conftest.py", "nt17_locktext_infra_conftest")
-    assert conftest.canonical.__wrapped__()("Torch_Neuronx") == "torch-neuronx"
+    assert conftest.canonical.__wrapped__() is canonical_name
 
 
-def test_locktext_parses_nothing_itself_and_keeps_what_pip_needs() -> None:
-    """locktext.py shapes what lockgate.py (the one lock parser) read: no pattern of its own; an entry's marker and
-    hashes reach pip as the lock wrote them."""
-    source = (REPO / "smoke_tests" / "neuron_smoke" / "locktext.py").read_text()
-    assert "import re\n" not in source and "re.compile" not in source
-    groups = load_module(REPO / "smoke_tests" / "neuron_smoke" / "locktext.py", "nt17_locktext_markers").groups(LOCK)
+def test_locktext_keeps_what_pip_needs() -> None:
+    """An entry's marker and hashes reach pip as the lock wrote them, grouped by the index each came from."""
+    groups = locktext.groups(LOCK)
     assert groups[0]["requirements"] == (
         "Jinja2==3.1.6 \\\n    --hash=sha256:aa\n"
         'Zope.Interface==7.2 ; python_version >= "3.11" \\\n    --hash=sha256:cc\n'
     )
-
-
-def test_the_smoke_tests_lock_parser_is_the_toolkits_own_file() -> None:
-    """smoke_tests/neuron_smoke/lockgate.py is written by `neuron-torch render` from src/neuron_torch/lockgate.py
-    (`render --check` fails when it is stale): one parser, installed where the toolkit is not."""
-    copy = (REPO / "smoke_tests" / "neuron_smoke" / "lockgate.py").read_text()
-    note, body = copy.split("\n", 1)
-    assert note.startswith("# A copy of src/neuron_torch/lockgate.py, written by `neuron-torch render`")
-    assert body == (REPO / "src" / "neuron_torch" / "lockgate.py").read_text()
+    with pytest.raises(ValueError, match="name no index of the lock"):
+        locktext.groups(LOCK, {"warez": "http://mirror.example/simple/"})

@@ -1,49 +1,48 @@
 """Filters that read a neuron-torch hash lock (the `neuron-torch lock` format) inside playbooks.
 
-The python_env role decides with them whether the lock needs installing; installing it is
-smoke_tests/neuron_smoke/lockinstall.py's (the one lock installation, which the image and the bundle run too). Installed
-versions are compared with the
-locked ones by PEP 440 through the checkout's smoke_tests/neuron_smoke/pins.py (the standard-library copy of
-neuron_torch.pins; the roles run from a checkout), never as strings; the lock is read by the checkout's
-smoke_tests/neuron_smoke/locktext.py (the one reader of the smoke tests, the testinfra suite and these filters).
-`neuron_cell_record` passes a cell record on
-only when its `schema` version is the one the checkout's smoke_tests/neuron_smoke/cell.schema.json defines.
+The python_env role decides with them whether the lock needs installing; installing it is neuron_cell.lockinstall's
+(the one lock installation, which the image and the bundle run too). Everything here is the checkout's neuron_cell
+(src/neuron_cell: the roles run from a checkout), imported as a package: the lock read by neuron_cell.locktext,
+installed versions compared with the locked ones by PEP 440 (neuron_cell.pins, never as strings), a cell record
+passed on only when neuron_cell.cellrecord finds it of the schema this checkout reads. `neuron_cell_kit` names the
+controller's neuron_cell folder and its digest, for the roles that copy it to hosts.
 """
 
 from __future__ import annotations
 
 import functools
-import importlib.util
+import importlib
+import sys
 from pathlib import Path
 from types import ModuleType
 from typing import Any
 
-_SMOKE = Path(__file__).resolve().parents[2] / "smoke_tests" / "neuron_smoke"
+_CHECKOUT_SRC = Path(__file__).resolve().parents[2] / "src"
 
 
 @functools.cache
-def _smoke_module(name: str) -> ModuleType:
-    """smoke_tests/neuron_smoke/NAME.py of the checkout (a standard-library module), loaded once per process."""
-    path = _SMOKE / f"{name}.py"
-    spec = importlib.util.spec_from_file_location(f"neuron_torch_{name}", path)
-    if spec is None or spec.loader is None or not path.is_file():
-        raise FileNotFoundError(f"{path} is missing: run the playbooks from a neuron-torch checkout")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+def _cell_module(name: str) -> ModuleType:
+    """neuron_cell.NAME of this checkout (standard library only), imported once per process."""
+    if not (_CHECKOUT_SRC / "neuron_cell" / "__init__.py").is_file():
+        raise FileNotFoundError(
+            f"{_CHECKOUT_SRC}/neuron_cell is missing: run the playbooks from a neuron-torch checkout"
+        )
+    if str(_CHECKOUT_SRC) not in sys.path:
+        sys.path.insert(0, str(_CHECKOUT_SRC))
+    return importlib.import_module(f"neuron_cell.{name}" if name else "neuron_cell")
 
 
 def neuron_lock_versions(text: str) -> dict[str, str]:
     """{canonical name: version} of every locked package."""
-    versions: dict[str, str] = _smoke_module("locktext").versions(text)
+    versions: dict[str, str] = _cell_module("locktext").versions(text)
     return versions
 
 
 def neuron_lock_missing(text: str, installed: list[dict[str, str]]) -> list[str]:
     """The locked `name==version` entries that `installed` (pip list --format=json) lacks or holds at another
     version."""
-    have = {_smoke_module("locktext").canonical(item["name"]): item["version"] for item in installed}
-    satisfies = _smoke_module("pins").satisfies
+    have = {_cell_module("locktext").canonical(item["name"]): item["version"] for item in installed}
+    satisfies = _cell_module("pins").satisfies
     return [
         f"{name}=={version}"
         for name, version in neuron_lock_versions(text).items()
@@ -54,11 +53,20 @@ def neuron_lock_missing(text: str, installed: list[dict[str, str]]) -> list[str]
 def neuron_cell_record(record: Any, cell: str) -> dict[str, Any]:
     """The cell record unchanged, once its `schema` is the version this checkout reads; a clear error otherwise."""
     source = f"neuron_release.cells['{cell}'] (the release vars, ansible/vars/release.yml or neuron_release_vars)"
-    problem = _smoke_module("cellschema").record_problem(record, source)
+    problem = _cell_module("cellrecord").problem(record, source)
     if problem:
         raise ValueError(problem)
     checked: dict[str, Any] = record
     return checked
+
+
+def neuron_cell_kit(name: str) -> dict[str, str]:
+    """{path, digest} of the controller's neuron_cell (`'neuron_cell' | neuron_cell_kit`): what the roles copy whole
+    to a host and check there (`python -m neuron_cell --expect DIGEST`)."""
+    if name != "neuron_cell":
+        raise ValueError(f"neuron_cell_kit takes 'neuron_cell', not {name!r}")
+    kit = _cell_module("")
+    return {"path": str(kit.HOME), "digest": kit.digest()}
 
 
 class FilterModule:
@@ -67,4 +75,5 @@ class FilterModule:
             "neuron_lock_versions": neuron_lock_versions,
             "neuron_lock_missing": neuron_lock_missing,
             "neuron_cell_record": neuron_cell_record,
+            "neuron_cell_kit": neuron_cell_kit,
         }

@@ -6,16 +6,25 @@ pytest smoke_tests/infra --hosts=ansible://HOST --ansible-inventory=INV --cell-f
 
 from __future__ import annotations
 
-import importlib.util
 import json
+import sys
 from collections.abc import Callable
 from pathlib import Path
-from types import ModuleType
 from typing import Any
 
 import pytest
 
-_SMOKE = Path(__file__).resolve().parents[1] / "neuron_smoke"
+# neuron_cell (the lock reader, the cell record's loader, pin matching), standard library only: the checkout's
+# src/neuron_cell on the controller, or /opt/neuron-torch/lib/neuron_cell beside an installed copy of the suite.
+_ROOT = Path(__file__).resolve().parents[2]
+_LIB = next((p for p in (_ROOT / "src", _ROOT / "lib") if (p / "neuron_cell" / "__init__.py").is_file()), None)
+if _LIB is None:
+    raise ImportError(
+        f"neuron_cell is neither in {_ROOT / 'src'} nor in {_ROOT / 'lib'}: run the suite from a checkout"
+    )
+if str(_LIB) not in sys.path:
+    sys.path.insert(0, str(_LIB))
+from neuron_cell import cellrecord, locktext  # noqa: E402  (after the path above)
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -32,26 +41,16 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     )
 
 
-def _smoke_module(name: str) -> ModuleType:
-    """smoke_tests/neuron_smoke/NAME.py (a standard-library module: the suite runs where the toolkit is not)."""
-    path = _SMOKE / f"{name}.py"
-    spec = importlib.util.spec_from_file_location(f"neuron_smoke_{name}", path)
-    assert spec is not None and spec.loader is not None, path
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
 def read_pins(path: Path) -> dict[str, str]:
     """name -> version of every `name==version` entry of a pip-tools/neuron-torch lock (names canonical)."""
-    pins: dict[str, str] = _smoke_module("locktext").versions(path.read_text(encoding="utf-8"))
+    pins: dict[str, str] = locktext.versions(path.read_text(encoding="utf-8"))
     return pins
 
 
 @pytest.fixture(scope="session")
 def canonical() -> Callable[[str], str]:
     """The one PEP 503 name normaliser of the smoke tests (locktext.canonical), for names the host reports."""
-    normalise: Callable[[str], str] = _smoke_module("locktext").canonical
+    normalise: Callable[[str], str] = locktext.canonical
     return normalise
 
 
@@ -72,7 +71,7 @@ def read_cell(path: Path) -> dict[str, Any]:
         record = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, ValueError) as error:
         pytest.fail(f"--cell-file {path}: cannot read it as JSON ({error})", pytrace=False)
-    problem = _smoke_module("cellschema").record_problem(record, f"--cell-file {path}")
+    problem = cellrecord.problem(record, f"--cell-file {path}")
     if problem:
         pytest.fail(problem, pytrace=False)
     checked: dict[str, Any] = record

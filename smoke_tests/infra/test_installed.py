@@ -10,9 +10,13 @@ from typing import Any
 
 import pytest
 
+import neuron_cell
+from neuron_cell.pins import apt_matches, satisfies
+
 VENV = "/opt/neuron-torch/venv"
 PYTHON = f"{VENV}/bin/python"
 SMOKE = "/opt/neuron-torch/smoke_tests"
+LIB = "/opt/neuron-torch/lib"  # neuron_cell, which verify-device (and the builders before it) run
 VERIFY = "/opt/neuron-torch/scripts/verify-device.sh"
 PROFILE = "/etc/profile.d/neuron-torch.sh"
 PATH_ENTRIES = ("/opt/aws/neuron/bin", f"{VENV}/bin")
@@ -43,6 +47,13 @@ def test_venv_holds_exactly_the_lock(host: Any, locked: dict[str, str], canonica
     assert not extra, f"packages in the venv that the lock does not hold: {sorted(extra)}"
 
 
+def test_neuron_cell_is_the_controllers_whole(host: Any) -> None:
+    """The lock and pin code the target runs is the checkout's neuron_cell, every file (its digest), importable by
+    the venv's Python beside the smoke tests."""
+    result = host.run(f"PYTHONPATH={LIB} {PYTHON} -m neuron_cell --expect {neuron_cell.digest()}")
+    assert result.rc == 0, result.stdout + result.stderr
+
+
 def test_pip_check_passes(host: Any) -> None:
     result = host.run(f"{PYTHON} -m pip check --disable-pip-version-check")
     assert result.rc == 0, result.stdout + result.stderr
@@ -52,14 +63,14 @@ def test_venv_has_the_cells_pins(host: Any, cell: dict[str, Any]) -> None:
     torch = host.check_output(f"{PYTHON} -c 'import importlib.metadata as m; print(m.version(\"torch\"))'")
     assert torch == cell["torch"]
     neuronx = host.check_output(f"{PYTHON} -c 'import importlib.metadata as m; print(m.version(\"torch-neuronx\"))'")
-    assert neuronx.startswith(cell["torch_neuronx"].rstrip("*"))
+    assert satisfies("torch-neuronx", cell["torch_neuronx"], neuronx) is None, neuronx
 
 
 def test_apt_packages_installed_at_pinned_versions(host: Any, cell: dict[str, Any]) -> None:
     for name, version in cell["apt"].items():
         package = host.package(name)
         assert package.is_installed, f"{name} is not installed"
-        assert package.version.startswith(version), f"{name} {package.version} is not the pinned {version}*"
+        assert apt_matches(version, package.version), f"{name} {package.version} is not the pinned {version}*"
 
 
 def test_driver_package_on_hosts(host: Any, cell: dict[str, Any], target: str) -> None:
@@ -70,7 +81,7 @@ def test_driver_package_on_hosts(host: Any, cell: dict[str, Any], target: str) -
     for name, version in cell["apt_host"].items():
         package = host.package(name)
         assert package.is_installed, f"{name} is not installed"
-        assert package.version.startswith(version), f"{name} {package.version} is not the pinned {version}*"
+        assert apt_matches(version, package.version), f"{name} {package.version} is not the pinned {version}*"
 
 
 def test_runtime_user(host: Any, target: str, runtime_user: str) -> None:

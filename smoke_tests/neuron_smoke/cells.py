@@ -9,13 +9,12 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
-from neuron_smoke.cellschema import record_problem
+from neuron_cell import cellrecord
+from neuron_cell.cellrecord import PINNED
+from neuron_cell.locktext import canonical
 from neuron_smoke.errors import UsageError
-from neuron_smoke.locktext import canonical
 
 DEFAULT_CELL_FILE = "/etc/neuron-torch/cell.json"
-# Cell key -> distribution name, for the pins every cell carries.
-PINNED = {"torch": "torch", "torch_neuronx": "torch-neuronx", "neuronx_cc": "neuronx-cc", "nki": "nki"}
 NEURON_DISTRIBUTIONS = frozenset({"torch-neuronx", "neuronx-cc", "nki"})
 
 
@@ -37,18 +36,16 @@ def load_cell(cell_file: str | None, cell_id: str | None) -> tuple[dict[str, Any
 
 def _read(path: Path) -> dict[str, Any]:
     try:
-        data = json.loads(path.read_text())
-    except (OSError, json.JSONDecodeError) as exc:
-        raise UsageError(f"cannot read cell file {path}: {exc}") from exc
-    return _checked(data, f"cell file {path}")
+        return cellrecord.load(path)
+    except cellrecord.RecordError as error:
+        raise UsageError(str(error)) from error
 
 
 def _checked(data: Any, source: str) -> dict[str, Any]:
-    problem = record_problem(data, source)
-    if problem:
-        raise UsageError(problem)
-    record: dict[str, Any] = data
-    return record
+    try:
+        return cellrecord.check(data, source)
+    except cellrecord.RecordError as error:
+        raise UsageError(str(error)) from error
 
 
 def _from_cli(cell_id: str) -> dict[str, Any]:

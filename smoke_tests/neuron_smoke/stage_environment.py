@@ -8,7 +8,8 @@ import sys
 from importlib import metadata
 from pathlib import Path
 
-from neuron_smoke import cells, pins
+from neuron_cell import pins
+from neuron_smoke import cells
 from neuron_smoke.context import Context, StageLog
 
 REPORTED = ("torch", "torch-neuronx", "neuronx-cc", "nki")

@@ -11,6 +11,8 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
+import neuron_cell
+from neuron_cell.cellrecord import PINNED
 from neuron_torch.cellrecord import check_record
 from neuron_torch.matrix import Matrix
 from neuron_torch.model import apt_pin
@@ -23,10 +25,6 @@ DOCKER_TAG = re.compile(
 )
 # an image to build FROM: a tag reference, optionally pinned by digest (registry.example/ubuntu:26.04@sha256:...)
 DOCKER_REFERENCE = re.compile(DOCKER_TAG.pattern + r"(?:@sha256:[0-9a-f]{64})?")
-
-
-# The record's pins (key -> distribution), in install order: torch-neuronx first, then torch, then the release's own.
-RECORD_PINS = {"torch_neuronx": "torch-neuronx", "torch": "torch", "neuronx_cc": "neuronx-cc", "nki": "nki"}
 
 
 def build_args(matrix: Matrix, record: Mapping[str, Any]) -> dict[str, str]:
@@ -50,8 +48,10 @@ def build_args(matrix: Matrix, record: Mapping[str, Any]) -> dict[str, str]:
         "APT_KEYRING": matrix.apt.keyring,
         "APT_COMPONENT": matrix.apt.component,
         "APT_PACKAGES": " ".join(apt_pin(name, version) for name, version in record["apt"].items()),
-        # NAME=URL of each index: lockinstall.py installs each index's lock entries from its URL alone.
+        # neuron_cell's digest: the build checks its copy of the folder against it before running any of it.
+        "NEURON_CELL_SHA256": neuron_cell.digest(),
+        # NAME=URL of each index: neuron_cell.lockinstall installs each index's lock entries from its URL alone.
         "INDEX_ROUTES": " ".join(f"{index.name}={index.url}" for index in matrix.indexes),
         "PYPI_INDEX_URL": default.url,
-        "PINS": " ".join(f"{dist}=={record[key]}" for key, dist in RECORD_PINS.items() if record.get(key)),
+        "PINS": " ".join(f"{dist}=={record[key]}" for key, dist in PINNED.items() if record.get(key)),
     }

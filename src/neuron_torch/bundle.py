@@ -24,6 +24,8 @@ from pathlib import Path
 from debian.deb822 import Deb822
 from debian.debian_support import Version
 
+import neuron_cell
+from neuron_cell.pins import apt_matches
 from neuron_torch.errors import EXIT_FAILED, NeuronTorchError
 from neuron_torch.files import check_new_folder, publish_folder, remove_tree
 from neuron_torch.lockfile import Lock, LockedPackage, gate_lock, read_lock_text, with_pip_options
@@ -33,8 +35,6 @@ from neuron_torch.mirror import Mirror, redact
 INSTALL_SH = Path(__file__).with_name("bundle_install.sh")
 # The one apt key fingerprint check (the Dockerfile's keyring stage and the neuron_repo role run it too).
 APT_KEY_SH = Path(__file__).with_name("aptkey.sh")
-# The one lock installation (smoke_tests/neuron_smoke/ of the checkout, standard library only), shipped in the bundle.
-LOCK_INSTALLER = ("lockinstall.py", "locktext.py", "lockgate.py")  # the installer, its reader, the one parser
 
 
 @dataclass(frozen=True)
@@ -209,7 +209,7 @@ def download_debs(
         matches = [
             s
             for s in available
-            if s.get("Package") == package.name and s.get("Version", "").startswith(package.version)
+            if s.get("Package") == package.name and apt_matches(package.version, s.get("Version", ""))
         ]
         if not matches:
             raise NeuronTorchError(f"{package.apt_pin} is not in {matrix.apt.url} ({codename})", EXIT_FAILED)
@@ -253,8 +253,11 @@ def _write_bundle(
     (out / "lock.txt").write_text(with_pip_options(read_lock_text(lock_file), ["--no-index", "--find-links wheels"]))
     shutil.copyfile(INSTALL_SH, out / "install.sh")
     (out / "install.sh").chmod(0o755)
-    for name in LOCK_INSTALLER:  # the one lock installation (the image and the python_env role run it too)
-        shutil.copyfile(matrix.root / "smoke_tests" / "neuron_smoke" / name, out / name)
+    # neuron_cell whole: the one lock installation (the image and the python_env role run it too), checked by digest.
+    kit = [Path("neuron_cell") / name for name in neuron_cell.files()]
+    for name in kit:
+        (out / name).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(neuron_cell.HOME / name.relative_to("neuron_cell"), out / name)
     manifest = {
         "bundle": 1,
         "release": matrix.release.name,
@@ -269,9 +272,10 @@ def _write_bundle(
         },
         "wheels": [f.__dict__ for f in wheels],
         "indexes": {i.name: redact(i.url) for i in matrix.indexes},
+        "neuron_cell": neuron_cell.digest(out / "neuron_cell"),
     }
     (out / "manifest.json").write_text(json.dumps(manifest, indent=2) + "\n")
     listed = [*debs, *wheels, BundleFile("lock.txt", sha256_file(out / "lock.txt"), "", "")]
-    for name in ("install.sh", *LOCK_INSTALLER):
-        listed.append(BundleFile(name, sha256_file(out / name), "", ""))
+    for listed_name in ("install.sh", *(path.as_posix() for path in kit)):
+        listed.append(BundleFile(listed_name, sha256_file(out / listed_name), "", ""))
     (out / "SHA256SUMS").write_text("".join(f"{f.sha256}  {f.path}\n" for f in sorted(listed, key=lambda f: f.path)))

@@ -2,8 +2,8 @@
 # Install a neuron-torch offline bundle with the network off (written by `neuron-torch bundle`).
 # Usage: install.sh [--venv DIR] [--no-apt] [--no-pip]
 # Checks SHA256SUMS and that the cell's Python (python3.X) can make a venv, apt-installs apt/*.deb, then creates the
-# venv (default /opt/neuron-venv) and installs the lock's wheels with lockinstall.py (the one lock installation, as in
-# the image and the python_env role: --no-index --find-links wheels, --require-hashes --no-deps, then pip check).
+# venv (default /opt/neuron-venv) and installs the lock's wheels with neuron_cell.lockinstall (the one lock installation,
+# as in the image and the python_env role: --no-index --find-links wheels, --require-hashes --no-deps, then pip check).
 # POSIX sh: runs on a bare base image.
 set -eu
 bundle=$(cd "$(dirname "$0")" && pwd)
@@ -44,6 +44,10 @@ if [ "$apt" = 1 ] && ls apt/*.deb >/dev/null 2>&1; then
 fi
 if [ "$pip" = 1 ]; then
     [ -x "$venv/bin/python" ] || "$python" -m venv "$venv"
-    "$venv/bin/python" "$bundle/lockinstall.py" --venv "$venv" --find-links "$bundle/wheels" "$bundle/lock.txt"
+    # neuron_cell whole (SHA256SUMS checked each file; its digest proves none is missing or added), then its installer.
+    kit=$(sed -n 's/^  "neuron_cell": "\(.*\)",\{0,1\}$/\1/p' manifest.json)
+    PYTHONPATH="$bundle" "$venv/bin/python" -m neuron_cell --expect "$kit"
+    PYTHONPATH="$bundle" "$venv/bin/python" -m neuron_cell.lockinstall --venv "$venv" --find-links "$bundle/wheels" \
+        "$bundle/lock.txt"
 fi
 echo "install.sh: installed $(sed -n 's/.*"cell": "\(.*\)",/\1/p' manifest.json) from $bundle"

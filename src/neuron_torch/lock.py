@@ -27,7 +27,10 @@ from neuron_torch.matrix import Cell, Index, Matrix
 from neuron_torch.routing import IndexReader
 from neuron_torch.templating import render_template
 
-_UV_HINT = "uv is needed to lock: `pip install 'neuron-torch[lock]'` (or put uv on PATH, or set NEURON_TORCH_UV)"
+_UV_HINT = (
+    "uv is needed to lock and is a dependency of neuron-torch: reinstall the toolkit (`pip install .` in its "
+    "checkout), or put uv on PATH, or set NEURON_TORCH_UV"
+)
 
 
 def find_uv() -> str:

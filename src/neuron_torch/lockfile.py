@@ -4,9 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from neuron_torch.errors import NeuronTorchError
-from neuron_torch.files import read_text
-from neuron_torch.lockgate import (
+from neuron_cell.lockgate import (
     SEAL_TITLE,
     Lock,
     LockedPackage,
@@ -16,8 +14,10 @@ from neuron_torch.lockgate import (
     seal_command,
     seal_problems,
 )
+from neuron_cell.pins import satisfies
+from neuron_torch.errors import NeuronTorchError
+from neuron_torch.files import read_text
 from neuron_torch.matrix import Cell, Index, Matrix, canonical_name
-from neuron_torch.pins import satisfies
 
 __all__ = ["Lock", "LockedPackage", "gate_lock", "lock_problems", "read_lock", "seal_command", "seal_problems"]
 

@@ -6,13 +6,13 @@ and Python versions. This module reads that format and reports where the matrix 
 
 from __future__ import annotations
 
-import fnmatch
 import hashlib
 from dataclasses import dataclass
 from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
+from neuron_cell.pins import satisfies
 from neuron_torch.errors import EXIT_FAILED, NeuronTorchError
 from neuron_torch.files import read_json
 from neuron_torch.matrix import Matrix, canonical_name
@@ -119,7 +119,7 @@ def compare(matrix: Matrix, packages: list[ManifestPackage], release: str) -> li
     for family in matrix.families.values():
         subject = f"torch-neuronx {family.torch_neuronx} (family {family.name})"
         held = by_name.get("torch-neuronx", [])
-        matching = [p for p in held if fnmatch.fnmatch(p.version, family.torch_neuronx)]
+        matching = [p for p in held if satisfies("torch-neuronx", family.torch_neuronx, p.version) is None]
         if matching:
             findings.append(Finding(Status.SAME, subject, f"{release} holds {matching[0].version}"))
             continue

@@ -11,9 +11,9 @@ import os
 import tomllib
 from pathlib import Path
 
+from neuron_cell.lockgate import canonical_name as canonical_name  # re-exported: the name every module uses
 from neuron_torch.errors import MatrixError, NeuronTorchError
 from neuron_torch.files import read_text
-from neuron_torch.lockgate import canonical_name as canonical_name  # re-exported: the name every module uses
 from neuron_torch.matrix_schema import SCHEMA as SCHEMA
 from neuron_torch.matrix_schema import parse
 from neuron_torch.model import AptPackage as AptPackage

@@ -12,8 +12,8 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from pathlib import Path
 
+from neuron_cell.lockgate import canonical_name, forbidden_reason
 from neuron_torch.errors import NeuronTorchError, UnsupportedError
-from neuron_torch.lockgate import canonical_name, forbidden_reason
 
 _CELL_ID = re.compile(r"^(?P<family>[^-]+)-py(?P<python>[^-]+)-(?P<os>.+)$")
 

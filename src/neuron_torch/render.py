@@ -12,7 +12,6 @@ from collections.abc import Callable
 from pathlib import Path
 
 from neuron_torch.cellinfo import caveats, cell_record
-from neuron_torch.cellrecord import SCHEMA_FILE
 from neuron_torch.errors import NeuronTorchError
 from neuron_torch.generated import banner, header, is_release_matrix
 from neuron_torch.matrix import Matrix
@@ -84,36 +83,11 @@ def smoke_instance_facts(matrix: Matrix) -> dict[Path, str]:
     return {path: json.dumps(facts, indent=2) + "\n"}
 
 
-def smoke_cell_schema(matrix: Matrix) -> dict[Path, str]:
-    """The cell record's schema, for verify-device, the testinfra suite and the Ansible filter plugin."""
-    if not is_release_matrix(matrix):
-        return {}
-    path = matrix.root / "smoke_tests" / "neuron_smoke" / SCHEMA_FILE.name
-    return {path: SCHEMA_FILE.read_text(encoding="utf-8")}
-
-
-LOCK_PARSER = Path(__file__).with_name("lockgate.py")
-
-
-def smoke_lock_parser(matrix: Matrix) -> dict[Path, str]:
-    """The one lock parser and name normaliser (lockgate.py), beside locktext.py, for where the toolkit is not."""
-    if not is_release_matrix(matrix):
-        return {}
-    note = (
-        f"# A copy of src/neuron_torch/{LOCK_PARSER.name}, written by `neuron-torch render`: do not edit it; edit that "
-        "file and render.\n"
-    )
-    path = matrix.root / "smoke_tests" / "neuron_smoke" / LOCK_PARSER.name
-    return {path: note + LOCK_PARSER.read_text(encoding="utf-8")}
-
-
 RENDERERS: list[Renderer] = [
     constraint_files,
     cell_files,
     readme_sections,
     smoke_instance_facts,
-    smoke_cell_schema,
-    smoke_lock_parser,
     ansible_vars,
     packer_files,
     workflow_files,

@@ -24,7 +24,7 @@ def workflow_files(matrix: Matrix) -> dict[Path, str]:
         banner=banner(matrix),
         release=matrix.release.name,
         left_out=[(os_id, matrix.os[os_id].wheels_note) for os_id in left_out],
-        setup="python3 -m venv .venv && .venv/bin/pip install -e '.[lock]'",
+        setup="python3 -m venv .venv && .venv/bin/pip install .",
         lockable=[cell.id for cell in matrix.cells],
         buildable=[cell.id for cell in matrix.cells if cell.os.wheels_available],
     )

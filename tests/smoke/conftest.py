@@ -23,9 +23,10 @@ SMOKE_DIR = REPO / "smoke_tests"
 VERIFY = REPO / "scripts" / "verify-device.sh"
 
 sys.path.insert(0, str(SMOKE_DIR))
+from neuron_cell.cellrecord import schema_version  # noqa: E402  (beside the suite, as verify-device.sh puts it)
 
-# The cell record's version (smoke_tests/neuron_smoke/cell.schema.json): verify-device refuses any other.
-CELL_SCHEMA = json.loads((SMOKE_DIR / "neuron_smoke" / "cell.schema.json").read_text())["properties"]["schema"]["const"]
+# The cell record's version (neuron_cell/cell.schema.json): verify-device refuses any other.
+CELL_SCHEMA = schema_version()
 
 # The 2.13 test cell of CI, matching the simulated packages in tests/simdevice/site.
 SIM_CELL = {

@@ -1,13 +1,11 @@
-"""Reading a neuron-torch hash lock (or any pip-tools lock) without the toolkit: standard library only.
+"""Reading a neuron-torch hash lock (or any pip-tools lock) in the shapes its consumers use: standard library only.
 
-The reader for the places that run without neuron_torch installed: verify-device's cell pins (cells.py), the
-testinfra suite (smoke_tests/infra/conftest.py loads this file by path), the Ansible filter plugin
-(ansible/filter_plugins/neuron_lock.py, likewise) and the one lock installer (lockinstall.py, beside it).
+The reader for the places that run with the cell's Python, without neuron_torch: verify-device's cell pins
+(neuron_smoke.cells), the testinfra suite (smoke_tests/infra/conftest.py), the Ansible filter plugin
+(ansible/filter_plugins/neuron_lock.py) and the one lock installer (neuron_cell.lockinstall).
 
-It parses nothing itself: lockgate.py beside it is the one lock parser and the one PEP 503 name normaliser
-(`neuron-torch render` writes it, a copy of the toolkit's src/neuron_torch/lockgate.py), and this module gives its
-result the shapes these consumers use (each call parses the lock once). Wherever this file is copied, lockgate.py
-goes beside it.
+It parses nothing itself: neuron_cell.lockgate is the one lock parser and the one PEP 503 name normaliser, and this
+module gives its result the shapes these consumers use (each call parses the lock once).
 
 A lock entry is `name==version \\` followed by `--hash=...` lines and comments, one of which is `# from INDEX_URL`:
 the index the entry was locked from.
@@ -15,36 +13,17 @@ the index the entry was locked from.
 
 from __future__ import annotations
 
-import importlib.util
-import sys
 from collections.abc import Callable
 from pathlib import Path
-from types import ModuleType
-from typing import Any
+
+from neuron_cell.lockgate import Lock, canonical_name, parse_lock
+
+canonical: Callable[[str], str] = canonical_name  # runs of - _ . become one -, lowercase
 
 
-def _lockgate() -> ModuleType:
-    """lockgate.py beside this file, however this file was loaded (as neuron_smoke.locktext or by its path)."""
-    name = "neuron_torch_lockgate"
-    if name in sys.modules:
-        return sys.modules[name]
-    path = Path(__file__).with_name("lockgate.py")
-    spec = importlib.util.spec_from_file_location(name, path)
-    if spec is None or spec.loader is None or not path.is_file():
-        raise ImportError(f"{path} is missing: lockgate.py (the lock parser) must be copied beside locktext.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module  # before it runs: its dataclasses look their module up
-    spec.loader.exec_module(module)
-    return module
-
-
-_GATE = _lockgate()
-canonical: Callable[[str], str] = _GATE.canonical_name  # runs of - _ . become one -, lowercase
-
-
-def _parse(text: str) -> Any:
-    """The lock as lockgate.py reads it (its Lock: indexes, packages with name, version, requirement, index_url)."""
-    return _GATE.parse_lock(text, Path("lock"))
+def _parse(text: str) -> Lock:
+    """The lock as the one parser reads it (indexes, packages with name, version, requirement, index_url)."""
+    return parse_lock(text, Path("lock"))
 
 
 def versions(text: str) -> dict[str, str]:

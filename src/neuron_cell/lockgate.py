@@ -1,11 +1,10 @@
-# A copy of src/neuron_torch/lockgate.py, written by `neuron-torch render`: do not edit it; edit that file and render.
 """The lock gate's core: reading a lock and the checks every consumer applies before any work (the lock is for this
 cell, sealed and unedited, free of a CUDA torch, the PyPI placeholder and nvidia-*).
 
-Standard library only, and no neuron_torch imports: the CLI (lockfile.py) imports it, and the image build runs this
-very file with the cell's Python before pip installs anything (the Dockerfile's venv stage):
+Part of neuron_cell (standard library only): the CLI (neuron_torch.lockfile) imports it, and the image build runs it
+with the cell's Python before pip installs anything (the Dockerfile's venv stage):
 
-    python lockgate.py --cell CELL_ID --rules gate.json LOCK     # gate.json: {"forbidden": {PATTERN: REASON}}
+    python -m neuron_cell.lockgate --cell CELL_ID --rules gate.json LOCK   # gate.json: {"forbidden": {PATTERN: WHY}}
 
 Exit 0 when the lock passes, 1 naming every problem.
 """

@@ -1,12 +1,13 @@
-"""The one installation of a neuron-torch hash lock into a venv: standard library only, run with any Python 3.9+.
+"""The one installation of a neuron-torch hash lock into a venv: standard library only, run with the cell's Python.
 
-Used by all three builders: the image's venv stage (the Dockerfile copies this file and locktext.py beside it), the
-python_env role (copies both to the host) and the offline bundle's install.sh (the bundle ships both). Online, each
+Used by all three builders, each with the neuron_cell folder (copied as a unit, its digest checked): the image's
+venv stage, the python_env role and the offline bundle's install.sh. Online, each
 index's entries are installed with `--index-url` of that index alone (as the lock recorded them; `--index NAME=URL`
 points an index at a mirror); offline (`--find-links DIR`), every entry comes from DIR with `--no-index`. Always
 `--require-hashes --no-deps`, pip's own config files and PIP_* index settings ignored, then `pip check`.
 
-    python lockinstall.py --venv DIR [--index NAME=URL ...] [--find-links DIR] [--retries N] [--timeout S] LOCK
+    python -m neuron_cell.lockinstall --venv DIR [--index NAME=URL ...] [--find-links DIR] [--retries N]
+        [--timeout S] LOCK
 
 Exit 2 on a usage error or a lock that cannot be routed (nothing installed), pip's status when pip fails.
 """
@@ -14,31 +15,27 @@ Exit 2 on a usage error or a lock that cannot be routed (nothing installed), pip
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import os
 import subprocess
 import sys
 from pathlib import Path
-from types import ModuleType
 
-# pip settings from the environment that would change where packages come from: the lock decides that.
-_ROUTING_ENV = ("PIP_INDEX_URL", "PIP_EXTRA_INDEX_URL", "PIP_FIND_LINKS", "PIP_NO_INDEX", "PIP_REQUIRE_HASHES")
+from neuron_cell import locktext
 
-
-def _locktext() -> ModuleType:
-    """locktext.py beside this file (the smoke tests' lock reader), however this file was started."""
-    path = Path(__file__).with_name("locktext.py")
-    spec = importlib.util.spec_from_file_location("neuron_torch_locktext", path)
-    if spec is None or spec.loader is None or not path.is_file():
-        raise SystemExit(f"lockinstall.py: {path} is missing: copy locktext.py beside lockinstall.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+# pip settings from the environment that would change where packages come from (the lock decides that), and the
+# PYTHONPATH that put neuron_cell on this run's path (pip runs the venv's packages alone).
+_ROUTING_ENV = (
+    "PYTHONPATH",
+    "PIP_INDEX_URL",
+    "PIP_EXTRA_INDEX_URL",
+    "PIP_FIND_LINKS",
+    "PIP_NO_INDEX",
+    "PIP_REQUIRE_HASHES",
+)
 
 
 def plan(text: str, overrides: dict[str, str], find_links: str | None) -> list[tuple[list[str], str]]:
     """The pip runs that install the lock: [(pip options, requirements text)], one per index (one when offline)."""
-    locktext = _locktext()
     groups = locktext.groups(text, overrides)
     if find_links:
         requirements = "".join(group["requirements"] for group in groups)
@@ -62,7 +59,7 @@ def install(venv: Path, runs: list[tuple[list[str], str]], retries: int, timeout
     pip = [str(python), "-m", "pip", "--disable-pip-version-check", "--no-input"]
     common = ["--require-hashes", "--no-deps", "--retries", str(retries), "--timeout", str(timeout)]
     for options, requirements in runs:
-        print(f"lockinstall.py: installing {requirements.count('==')} locked package(s) with {' '.join(options)}")
+        print(f"lockinstall: installing {requirements.count('==')} locked package(s) with {' '.join(options)}")
         result = subprocess.run(
             [*pip, "install", *common, *options, "-r", "/dev/stdin"], input=requirements, text=True, env=env
         )
@@ -72,7 +69,7 @@ def install(venv: Path, runs: list[tuple[list[str], str]], retries: int, timeout
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="lockinstall.py", description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m neuron_cell.lockinstall", description=__doc__.split("\n\n")[0])
     parser.add_argument("lock", type=Path, help="the cell's hash lock (neuron-torch lock)")
     parser.add_argument("--venv", type=Path, required=True, help="the venv to install into (it must exist)")
     parser.add_argument(
