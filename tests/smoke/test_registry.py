@@ -203,3 +203,12 @@ def test_a_row_that_cannot_run_as_written_is_refused(rows: list[Entry], message:
     with pytest.raises(ValueError, match=re.escape(message)):
         check(rows)
     check(registry.TABLE)
+
+
+def test_the_readmes_stage_table_follows_the_registry() -> None:
+    # smoke_tests/README.md explains each stage by hand: its rows keep the table's order and prerequisites.
+    rows = re.findall(r"^\| (\d+) \| (\w+) \| ([-\d, ]+) \|", (SMOKE_DIR / "README.md").read_text(), re.MULTILINE)
+    number = {name: int(n) for n, name, _ in rows}
+    described = [(name, [int(n) for n in needs.split(",") if n.strip() != "-"]) for _, name, needs in rows]
+    assert [int(n) for n, _, _ in rows] == list(range(1, len(rows) + 1))
+    assert described == [(e.name, [number.get(a) for a in e.after]) for e in registry.TABLE]
