@@ -5,11 +5,11 @@ from __future__ import annotations
 import json
 
 import pytest
-from neuron_smoke.context import STAGE_NAMES
+from neuron_smoke.registry import NAMES
 from neuron_smoke.results import FAIL, SKIP, Report
 
 
-@pytest.mark.parametrize("stage", STAGE_NAMES)
+@pytest.mark.parametrize("stage", NAMES)
 def test_stage(smoke_report: Report, stage: str) -> None:
     result = smoke_report.stage(stage)
     print(json.dumps({"stage": stage, "numbers": result.numbers, "notes": result.notes}, default=str))

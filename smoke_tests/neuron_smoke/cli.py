@@ -9,8 +9,8 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from neuron_smoke import EXIT_USAGE, output
-from neuron_smoke.context import STAGE_NAMES, Options
+from neuron_smoke import EXIT_USAGE, output, registry
+from neuron_smoke.context import Options
 from neuron_smoke.errors import UsageError
 from neuron_smoke.launchers import LAUNCHERS, Launcher
 from neuron_smoke.model_contract import CONTRACT
@@ -63,11 +63,21 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--instance-type", help="instance type for the expected device count (default: from IMDS)")
     p.add_argument("--expected-devices", type=_positive(int), help="expected device count (overrides the table)")
     p.add_argument("--allow-fallback", type=_csv, default=[], metavar="OP1,OP2", help="ops allowed to run on the CPU")
-    p.add_argument("--model", metavar="PACKAGE.MODULE:FACTORY", help="your model for the model/fallback/compile stages")
+    p.add_argument(
+        "--model",
+        metavar="PACKAGE.MODULE:FACTORY",
+        help=f"your model for the {'/'.join(registry.needing(registry.MODEL))} stages",
+    )
     p.add_argument("--report", type=Path, metavar="FILE", help="write the JSON report here")
     p.add_argument("--junit", type=Path, metavar="FILE", help="write JUnit XML here")
     p.add_argument("--timeout", type=_positive(float), default=300.0, metavar="SECONDS", help="per stage (300)")
-    p.add_argument("--stages", type=_csv, default=list(STAGE_NAMES), metavar="A,B", help="run only these stages")
+    p.add_argument(
+        "--stages",
+        type=_csv,
+        default=list(registry.NAMES),
+        metavar="A,B",
+        help=f"run only these stages; all, in the order they run: {', '.join(registry.NAMES)}",
+    )
     p.add_argument("--iterations", type=_positive(int), default=10, help="timed calls for steady state (10)")
     p.add_argument("--warmup", type=int, default=3, help="untimed calls before timing (3)")
     p.add_argument("--throughput-size", type=_positive(int), help="N for the NxNxN throughput matmul")
@@ -106,9 +116,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 def parse_options(argv: Sequence[str] | None) -> tuple[Options, argparse.Namespace]:
     args = build_parser().parse_args(argv)
-    unknown = sorted(set(args.stages) - set(STAGE_NAMES))
+    unknown = sorted(set(args.stages) - set(registry.NAMES))
     if unknown:
-        raise UsageError(f"--stages: unknown stage(s) {', '.join(unknown)}; known: {', '.join(STAGE_NAMES)}")
+        raise UsageError(f"--stages: unknown stage(s) {', '.join(unknown)}; known: {', '.join(registry.NAMES)}")
     if args.nproc < 2:
         raise UsageError("--nproc must be at least 2")
     if not 0 <= args.throughput_floor < 100:
@@ -125,7 +135,7 @@ def parse_options(argv: Sequence[str] | None) -> tuple[Options, argparse.Namespa
         allow_fallback=frozenset(args.allow_fallback),
         model=args.model,
         timeout_s=args.timeout,
-        stages=tuple(s for s in STAGE_NAMES if s in args.stages),
+        stages=tuple(s for s in registry.NAMES if s in args.stages),
         iterations=args.iterations,
         warmup=args.warmup,
         throughput_size=args.throughput_size,
@@ -152,10 +162,8 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     # NeuronCores belong to one process: take this process's own before torch (and so torch_neuronx) is imported.
     cores.prepare_before_torch(options.device, options.nproc)
-    if "environment" in options.stages and not evaluation_requested(args):
-        from neuron_smoke import stage_environment
-
-        stage_environment.start_pip_check()  # beside `import torch`; the environment stage collects it
+    if not evaluation_requested(args):
+        registry.start_early(options.stages)  # beside `import torch` (the environment stage's pip check)
     try:
         import torch  # noqa: F401  (everything below needs it)
     except ImportError as exc:
@@ -202,10 +210,10 @@ def _run(options: Options, args: argparse.Namespace, launcher: Launcher | None) 
     import torch
 
     from neuron_smoke.backends import resolve
-    from neuron_smoke.suite import MODEL_STAGES, run_suite
+    from neuron_smoke.suite import run_suite
 
     spec = None
-    if MODEL_STAGES.intersection(options.stages):  # only those stages read the model: load it only for them
+    if set(registry.needing(registry.MODEL)).intersection(options.stages):  # load the model only for its stages
         try:
             spec = _load_model(options.model)
         except UsageError as exc:

@@ -5,13 +5,13 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from neuron_smoke.results import STAGE_TITLES, StageResult
+from neuron_smoke.registry import NAMES
+from neuron_smoke.results import StageResult
 
 if TYPE_CHECKING:  # importing this module (and so parsing options) must not need torch
     from neuron_smoke.backends import Backend
     from neuron_smoke.launchers import Launcher
 
-STAGE_NAMES = tuple(STAGE_TITLES)
 DEFAULT_EAGER_RTOL = 1e-3
 
 
@@ -25,7 +25,7 @@ class Options:
     allow_fallback: frozenset[str] = frozenset()
     model: str | None = None
     timeout_s: float = 300.0
-    stages: tuple[str, ...] = STAGE_NAMES
+    stages: tuple[str, ...] = NAMES
     iterations: int = 10
     warmup: int = 3
     throughput_size: int | None = None

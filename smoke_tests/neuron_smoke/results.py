@@ -10,19 +10,6 @@ PASS = "pass"
 FAIL = "fail"
 SKIP = "skip"
 
-# The stages, in the order they run (suite.py binds each to its code).
-STAGE_TITLES = {
-    "environment": "versions against the cell's pins, pip check",
-    "device": "device files, neuron-ls, torch.accelerator, device count",
-    "matmul": "matmul vs float64 CPU reference",
-    "model": "forward/backward/optimizer step vs CPU",
-    "fallback": "ops that fell back to the CPU",
-    "compile": "torch.compile first call, steady state, vs eager",
-    "dtype": "float64 and int64 behaviour (reported, never fails)",
-    "collectives": "all_reduce across ranks over the process group",
-    "throughput": "steady-state matmul TFLOP/s",
-}
-
 
 @dataclass
 class StageResult:

@@ -1,9 +1,8 @@
-"""The stages in order, with what each needs to have passed, and one full run producing a Report."""
+"""One full run of the stages (registry.py) producing a Report, and the launcher some of them need."""
 
 from __future__ import annotations
 
 import datetime
-import importlib
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -12,48 +11,19 @@ from typing import TYPE_CHECKING
 
 import torch
 
-from neuron_smoke import EXIT_CHECK_FAILED, EXIT_DEVICE_MISSING, EXIT_OK, cores, launchers
+from neuron_smoke import EXIT_CHECK_FAILED, EXIT_DEVICE_MISSING, EXIT_OK, cores, launchers, registry
 from neuron_smoke.backends import NEURON, resolve
-from neuron_smoke.context import Context, Options, StageLog
+from neuron_smoke.context import Context, Options
 from neuron_smoke.host import host_facts
 from neuron_smoke.launchers import Launcher
-from neuron_smoke.results import FAIL, SCHEMA, STAGE_TITLES, Report, StageResult
+from neuron_smoke.results import FAIL, SCHEMA, Report, StageResult
 from neuron_smoke.runner import Stage, hard_grace, run_all
 
 if TYPE_CHECKING:
     from neuron_smoke.models import ModelSpec
 
-COMPUTE = ("environment", "device")
-
-# The stages that read the model (ctx.shared["model_spec"]): the model is loaded only when one of them is selected.
-MODEL_STAGES = frozenset({"model", "fallback", "compile"})
-
-
-def _stage(name: str) -> Callable[[Context, StageLog], None]:
-    """Stage `name`'s run(), its module imported when the stage starts, not when this module loads: a torch that
-    imports but lacks torch.nn or torch.distributed (a broken install) still gets the stages it can run and a report,
-    and the stages it cannot run fail naming the import that failed."""
-
-    def run(ctx: Context, log: StageLog) -> None:
-        importlib.import_module(f"neuron_smoke.stage_{name}").run(ctx, log)
-
-    return run
-
-
-STAGES = [
-    Stage(name, STAGE_TITLES[name], _stage(name), requires)
-    for name, requires in (
-        ("environment", ()),
-        ("device", ()),
-        ("matmul", COMPUTE),
-        ("model", COMPUTE),
-        ("fallback", ("matmul", "model")),
-        ("compile", ("model",)),
-        ("dtype", COMPUTE),
-        ("collectives", COMPUTE),
-        ("throughput", ("matmul",)),
-    )
-]
+# The stages in the table's order (registry.py), each bound to its code.
+STAGES = [Stage(entry.name, entry.title, registry.runner(entry), entry.after) for entry in registry.TABLE]
 
 
 def exit_code(results: list[StageResult]) -> int:
@@ -64,12 +34,14 @@ def exit_code(results: list[StageResult]) -> int:
 
 @contextmanager
 def collectives_launcher(options: Options) -> Iterator[Launcher | None]:
-    """The collectives launcher, when that stage is selected, closed on exit. Enter it before loading the model or
-    touching a device: the fork launcher must be forked while this process is still single-threaded and device-free,
-    and on neuron this process restricts itself to its own NeuronCore here, leaving the others to the ranks."""
+    """The collectives launcher, when a selected stage needs it (registry.LAUNCHER), closed on exit. Enter it before
+    loading the model or touching a device: the fork launcher must be forked while this process is still
+    single-threaded and device-free, and on neuron this process restricts itself to its own NeuronCore here, leaving
+    the others to the ranks."""
     try:
-        launcher = launchers.start(options.launcher) if "collectives" in options.stages else None
-    except ImportError:  # a torch without torch.distributed: the collectives stage fails naming the import
+        wanted = set(registry.needing(registry.LAUNCHER)).intersection(options.stages)
+        launcher = launchers.start(options.launcher) if wanted else None
+    except ImportError:  # a torch without torch.distributed: the stages that need it fail naming the import
         launcher = None
     if resolve(options.device).name == "neuron":
         # NeuronCores belong to one process: split them between this process and the ranks first (see cores.py).

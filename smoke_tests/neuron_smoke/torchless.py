@@ -11,7 +11,8 @@ import sys
 from neuron_smoke import EXIT_CHECK_FAILED
 from neuron_smoke.context import Options
 from neuron_smoke.host import host_facts
-from neuron_smoke.results import FAIL, SCHEMA, STAGE_TITLES, Report, StageResult
+from neuron_smoke.registry import TABLE
+from neuron_smoke.results import FAIL, SCHEMA, Report, StageResult
 
 
 def report_for(options: Options, error: ImportError) -> Report:
@@ -20,10 +21,10 @@ def report_for(options: Options, error: ImportError) -> Report:
         "holds torch: NEURON_TORCH_PYTHON=/path/to/venv/bin/python verify-device ..."
     )
     stages = [
-        StageResult(name, title, status=FAIL, failures=[message])
-        if name == "environment"
-        else StageResult(name, title, reason="skipped: torch is not importable")
-        for name, title in STAGE_TITLES.items()
+        StageResult(s.name, s.title, status=FAIL, failures=[message])
+        if s.name == "environment"
+        else StageResult(s.name, s.title, reason="skipped: torch is not importable")
+        for s in TABLE
     ]
     return Report(
         schema=SCHEMA,
