@@ -38,12 +38,17 @@ if ! command -v "$python" >/dev/null 2>&1; then
   exit 2
 fi
 
-lib_dir="$smoke_dir/../lib"  # installed: /opt/neuron-torch/lib
-if [[ -d "$smoke_dir/../src/neuron_cell" ]]; then lib_dir="$smoke_dir/../src"; fi  # a checkout
-if [[ ! -f "$lib_dir/neuron_cell/__init__.py" ]]; then
-  echo "verify-device: error: neuron_cell not found at $lib_dir (copy src/neuron_cell there, beside the smoke tests)" >&2
-  exit 2
+# neuron_cell beside the suite: /opt/neuron-torch/lib when installed, src/ in a checkout; else the Python's own.
+lib_dir="$smoke_dir/../lib"
+if [[ -d "$smoke_dir/../src/neuron_cell" ]]; then lib_dir="$smoke_dir/../src"; fi
+if [[ -f "$lib_dir/neuron_cell/__init__.py" ]]; then
+  export PYTHONPATH="$smoke_dir:$lib_dir${PYTHONPATH:+:$PYTHONPATH}"
+else
+  export PYTHONPATH="$smoke_dir${PYTHONPATH:+:$PYTHONPATH}"
+  if ! "$python" -c 'import neuron_cell' >/dev/null 2>&1; then
+    echo "verify-device: error: neuron_cell is neither in $lib_dir nor importable by $python" \
+      "(copy the toolkit's src/neuron_cell to $lib_dir)" >&2
+    exit 2
+  fi
 fi
-
-export PYTHONPATH="$smoke_dir:$lib_dir${PYTHONPATH:+:$PYTHONPATH}"
 exec "$python" -m neuron_smoke "$@"

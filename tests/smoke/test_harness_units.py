@@ -43,9 +43,9 @@ def test_normwise_error_treats_nan_as_failure() -> None:
 
 def test_expected_pins_include_named_and_locked_entries() -> None:
     cell = {"id": "x", "torch": "2.14.0+cpu", "torch_neuronx": "2.14.3.0.*", "locked": {"Torch_Neuronx": "2.14.3.0.9"}}
-    assert cells.expected_pins(cell) == [
-        ("torch", "2.14.0+cpu"),
+    assert cells.expected_pins(cell) == [  # the record's pins in neuron_cell.cellrecord.PINNED's order, then locked
         ("torch-neuronx", "2.14.3.0.*"),
+        ("torch", "2.14.0+cpu"),
         ("torch-neuronx", "2.14.3.0.9"),
     ]
 
