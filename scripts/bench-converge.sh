@@ -16,7 +16,7 @@ if [[ ! -f $testbed/mirror.toml ]]; then
     echo "bench-converge: no test bed at $testbed (mirror.toml): run scripts/testbed.sh build" >&2
     exit 1
 fi
-# The scenario's settings from the test bed's mirror settings, as tests/test_molecule.py passes them.
+# The scenario's settings from the test bed's mirror settings, as tests/integration/test_molecule.py passes them.
 mapfile -t settings < <("$repo/.venv/bin/python" - "$testbed/mirror.toml" <<'EOF'
 import sys, tomllib
 mirror = tomllib.load(open(sys.argv[1], "rb"))

@@ -10,8 +10,8 @@ cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
 units=("$@")
 if ((${#units[@]} == 0)); then
-    units=(tests/test_fleet.py tests/test_packer.py tests/test_molecule.py tests/test_ansible.py tests/test_image.py
-        tests/smoke tests/test_quickstart.py tests/test_pip_tools.py)
+    units=(tests/integration/test_fleet.py tests/integration/test_packer.py tests/integration/test_molecule.py tests/integration/test_ansible.py tests/integration/test_image.py
+        tests/integration/smoke tests/integration/test_quickstart.py tests/integration/test_pip_tools.py)
 fi
 for unit in "${units[@]}"; do
     [[ -e $unit ]] || { echo "bench-suite: no test file or folder $unit" >&2; exit 2; }

@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # The project's test command: lint, generated files fresh, release checks, then pytest. CI runs it through .ci/run.
-# Usage: scripts/test.sh [--checks-only | --no-checks] [PYTEST_ARGS...]
+# Usage: scripts/test.sh [--unit | --checks-only | --no-checks] [PYTEST_ARGS...]
+#   --unit         tests/unit alone (one file per module, no Docker, no network), in this process: the fast tier
 #   --checks-only  the lint and release checks alone, on .venv (.ci/run runs them while the test bed builds)
-#   --no-checks    pytest alone
+#   --no-checks    pytest alone (tests/unit and tests/integration)
 # pytest runs its files side by side in NEURON_TORCH_TEST_WORKERS processes (pytest-xdist, default 3; 0 runs them
 # in this one process); on 2 cores the heavy files then run about 2x slower each, so the gain is small. Each file is
 # one unit of work for one worker, files that share a resource are one unit (tests/conftest.py, "lanes"), and the
@@ -13,6 +14,11 @@ cd "$(dirname "$0")/.."
 checks=1
 tests=1
 case ${1:-} in
+  --unit)
+    shift
+    scripts/dev-setup.sh --only venv
+    exec .venv/bin/python -m pytest tests/unit "$@"
+    ;;
   --checks-only) tests=0; shift ;;
   --no-checks) checks=0; shift ;;
 esac

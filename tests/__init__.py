@@ -1,4 +1,6 @@
-"""neuron-torch's own tests. `load_module` is their one way of importing a file that is not on sys.path (an Ansible
+"""neuron-torch's own tests: tests/unit (one module each, no Docker, no network), tests/integration, and their shared
+support (tests/testbed, tests/simdevice). `REPO_ROOT` is the checkout. `load_module` is their one way of importing a
+file that is not on sys.path (an Ansible
 filter plugin, the simulated device's builder, the testinfra suite's conftest)."""
 
 from __future__ import annotations
@@ -6,6 +8,8 @@ from __future__ import annotations
 import importlib.util
 from pathlib import Path
 from types import ModuleType
+
+REPO_ROOT = Path(__file__).resolve().parents[1]  # the checkout, wherever a test file sits below tests/
 
 
 def load_module(path: Path, name: str) -> ModuleType:

@@ -8,8 +8,7 @@ import pytest
 
 from neuron_torch.matrix import Matrix, load_matrix
 from neuron_torch.render import rendered
-
-REPO = Path(__file__).resolve().parents[1]
+from tests import REPO_ROOT as REPO
 
 
 @pytest.fixture(scope="session")
@@ -45,33 +44,32 @@ def release_copy(tmp_path: Path) -> Path:
 # ports), tmp_path is per worker, the simulated device's build is locked by torch. A new file that writes a fixed
 # path or image tag another file also writes joins that file's unit here.
 SHARED = {
-    "tests/test_image.py": "image",
-    "tests/test_field_check.py": "image",
-    "tests/smoke/test_faults.py": "smoke-clean-run",
-    "tests/smoke/test_verify_device.py": "smoke-clean-run",
+    "tests/integration/test_image.py": "image",
+    "tests/integration/test_field_check.py": "image",
+    "tests/integration/smoke/test_faults.py": "smoke-clean-run",
+    "tests/integration/smoke/test_verify_device.py": "smoke-clean-run",
 }
 # Seconds each unit took with 3 workers on the loaded 2-core machine (the "lanes" summary of scripts/test.sh), only
 # to start the longest first: an unlisted file counts as quick. Wrong numbers cost time, never correctness.
 SECONDS = {
-    "tests/test_fleet.py": 926,
-    "tests/test_molecule.py": 774,
-    "tests/test_packer.py": 734,
+    "tests/integration/test_fleet.py": 926,
+    "tests/integration/test_molecule.py": 774,
+    "tests/integration/test_packer.py": 734,
     "smoke-clean-run": 574,
     "image": 480,
-    "tests/test_quickstart.py": 196,
-    "tests/smoke/test_evaluate.py": 135,
-    "tests/test_ansible.py": 125,
-    "tests/test_pip_tools.py": 82,
-    "tests/smoke/test_runtime_rules.py": 69,
-    "tests/test_lock_gate.py": 46,
-    "tests/test_release_bump.py": 41,
-    "tests/test_bundle.py": 30,
-    "tests/test_lock.py": 30,
-    "tests/test_install.py": 30,
-    "tests/smoke/test_launchers.py": 28,
-    "tests/test_testbed_secrets.py": 23,
-    "tests/smoke/test_evaluate_units.py": 17,
-    "tests/test_bad_inputs.py": 15,
+    "tests/integration/test_quickstart.py": 196,
+    "tests/integration/smoke/test_evaluate.py": 135,
+    "tests/integration/test_ansible.py": 125,
+    "tests/integration/test_pip_tools.py": 82,
+    "tests/integration/smoke/test_runtime_rules.py": 69,
+    "tests/integration/test_lock_gate.py": 46,
+    "tests/integration/test_release_bump.py": 41,
+    "tests/integration/test_bundle.py": 30,
+    "tests/integration/test_lock.py": 30,
+    "tests/integration/test_install.py": 30,
+    "tests/integration/smoke/test_launchers.py": 28,
+    "tests/integration/test_testbed_secrets.py": 23,
+    "tests/integration/test_bad_inputs.py": 15,
 }
 
 

@@ -12,10 +12,7 @@ import importlib
 import keyword
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
-
-if TYPE_CHECKING:
-    from neuron_smoke.context import Context, StageLog
+from typing import Any
 
 # What the CLI prepares before any stage runs, and only when a selected stage needs it:
 MODEL = "model"  # the --model factory's model and inputs (ctx.shared["model_spec"])
@@ -113,15 +110,6 @@ def resolve(target: str) -> Callable[..., Any]:
     module, _, function = target.partition(":")
     found: Callable[..., Any] = getattr(importlib.import_module(f"{__package__}.{module}"), function)
     return found
-
-
-def runner(entry: Entry) -> Callable[[Context, StageLog], None]:
-    """The row's run(ctx, log), resolved when the stage starts (see Entry.run)."""
-
-    def run(ctx: Context, log: StageLog) -> None:
-        resolve(entry.run)(ctx, log)
-
-    return run
 
 
 def start_early(stages: Iterable[str]) -> None:

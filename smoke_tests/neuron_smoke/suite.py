@@ -13,7 +13,7 @@ import torch
 
 from neuron_smoke import EXIT_CHECK_FAILED, EXIT_DEVICE_MISSING, EXIT_OK, cores, launchers, registry
 from neuron_smoke.backends import NEURON, resolve
-from neuron_smoke.context import Context, Options
+from neuron_smoke.context import Context, Options, StageLog
 from neuron_smoke.host import host_facts
 from neuron_smoke.launchers import Launcher
 from neuron_smoke.results import FAIL, SCHEMA, Report, StageResult
@@ -23,7 +23,16 @@ if TYPE_CHECKING:
     from neuron_smoke.models import ModelSpec
 
 # The stages in the table's order (registry.py), each bound to its code.
-STAGES = [Stage(entry.name, entry.title, registry.runner(entry), entry.after) for entry in registry.TABLE]
+def _runner(entry: registry.Entry) -> Callable[[Context, StageLog], None]:
+    """The row's run(ctx, log), resolved when the stage starts (see registry.Entry.run)."""
+
+    def run(ctx: Context, log: StageLog) -> None:
+        registry.resolve(entry.run)(ctx, log)
+
+    return run
+
+
+STAGES = [Stage(entry.name, entry.title, _runner(entry), entry.after) for entry in registry.TABLE]
 
 
 def exit_code(results: list[StageResult]) -> int:

@@ -1,5 +1,5 @@
 """The environment a process needs to run on the simulated neuron device, in one place for the tests
-(tests/smoke/conftest.py's sim_env) and the benchmarks (scripts/bench-verify-device.py)."""
+(tests/integration/smoke/conftest.py's sim_env) and the benchmarks (scripts/bench-verify-device.py)."""
 
 from __future__ import annotations
 

@@ -7,7 +7,7 @@ the base and the rendered Dockerfile), so starting eight costs eight `docker run
 the Ubuntu 24.04 twin (`TWIN`, traits.toml [twins]): a host starts where a Canonical Ubuntu AMI's instance starts.
 
 What a host imitates: every [ami] trait of traits.toml (tests/testbed/ami_traits.py reads them back from a fresh
-host in tests/test_fleet.py), and where each comes from:
+host in tests/integration/test_fleet.py), and where each comes from:
 - systemd as PID 1 with the apt-daily timers and unattended-upgrades enabled: Canonical's Ubuntu AMIs enable
   unattended-upgrades and the apt-daily timers (shared/NEURON-FACTS.md section 13).
 - a login user `ubuntu` (uid 1000, the twin's) with passwordless sudo through /etc/sudoers.d/90-cloud-init-users:
@@ -31,7 +31,7 @@ host in tests/test_fleet.py), and where each comes from:
 - /etc/os-release's PRETTY_NAME as Ubuntu writes it ("Ubuntu 24.04 LTS"): the twin base's names Debian, and
   Ansible's distribution facts read any "Debian" in os-release as Debian (ansible.module_utils.facts.system.
   distribution, parse_distribution_file_Debian): provision.yml's OS check refused the twin host (found by the
-  converge in tests/test_fleet.py).
+  converge in tests/integration/test_fleet.py).
 - the host shares the controller's network (it reaches the test bed on 127.0.0.1) and sshd listens on 127.0.0.1 on a
   port of its own; a stopped host refuses connections, as a powered-off machine's address does.
 Not imitated: the kernel (containers share the controller's; `uname -r` is not an Ubuntu AWS kernel), cloud-init's

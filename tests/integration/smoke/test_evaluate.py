@@ -1,0 +1,191 @@
+"""verify-device --record / --baseline end to end: record on the CPU, compare on the simulated neuron device."""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.integration.smoke.conftest import SIM_SITE, Run, Verify, verify
+from tests.integration.smoke.forkserver import ForkServer
+
+HERE = Path(__file__).resolve().parent
+MLP = "neuron_smoke.examples.mlp:factory"
+FAULTY = "eval_faults:factory"
+FAST = ("--iterations", "3", "--warmup", "1")
+TIMEOUT = 300.0  # a transformer run imports transformers and compiles once; generous for a loaded 2-core machine
+
+
+def _env(env: dict[str, str], **extra: str) -> dict[str, str]:
+    return {**env, "PYTHONPATH": f"{env.get('PYTHONPATH', SIM_SITE)}:{HERE}", **extra}
+
+
+def record(env: dict[str, str], tmp: Path, model: str, forked: ForkServer, *args: str) -> Path:
+    out = tmp / "baseline"
+    run = verify(_env(env), "--device", "cpu", "--model", model, "--record", str(out), *FAST, *args, tmp=tmp,
+                 timeout=TIMEOUT, forked=forked)  # fmt: skip
+    assert run.returncode == 0, run.output
+    return out
+
+
+def compare(env: dict[str, str], tmp: Path, base: Path, model: str, forked: ForkServer, *args: str) -> Run:
+    report = tmp / "compare"
+    return verify(env, "--device", "neuron", "--model", model, "--baseline", str(base), "--eval-report",
+                  str(report), *FAST, *args, tmp=tmp, timeout=TIMEOUT, forked=forked)  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def mlp_baseline(tmp_path_factory: pytest.TempPathFactory, forkserver: ForkServer) -> Path:
+    """One CPU baseline of the MLP for the whole module (as base_env, but module-scoped: recording costs a run)."""
+    tmp = tmp_path_factory.mktemp("mlp")
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("NEURON_", "PYTHONPATH"))}
+    env.update(NEURON_TORCH_PYTHON=sys.executable, NEURON_SMOKE_IMDS="0",
+               NEURON_SMOKE_DEFAULT_CELL_FILE=str(tmp / "no-cell.json"))  # fmt: skip
+    return record(env, tmp, MLP, forkserver, "--full-tensor-limit", "500")
+
+
+def test_record_writes_a_portable_baseline(mlp_baseline: Path) -> None:
+    index = json.loads((mlp_baseline / "index.json").read_text())
+    assert index["schema"] == "neuron-eval-baseline/1" and index["format"] == "safetensors"
+    tensors = index["tensors"]
+    assert {"loss", "output/0", "grad/fc1.weight", "weight/head.bias", "act/fc2/out/0"} <= set(tensors)
+    assert tensors["weight/fc2.weight"]["stored"] == "sketch"  # 64x64 = 4096 elements > --full-tensor-limit 500
+    assert tensors["weight/fc2.bias"]["stored"] == "full"
+    gelu = [r for r in index["inventory"] if r["op"] == "aten::gelu.default"]
+    assert gelu == [{**gelu[0], "module": "act1", "phase": "forward", "calls": 1, "dtypes": ["float32"]}]
+    assert [r["module"] for r in index["inventory"] if r["op"] == "aten::gelu_backward.default"] == ["act1"]
+    assert index["timing"]["iterations"] == 3 and index["timing"]["p95_ms"] >= index["timing"]["p50_ms"] > 0
+    assert index["versions"]["torch"].startswith("2.") and index["device"]["backend"] == "cpu"
+    assert index["order"] == ["fc1", "act1", "fc2", "act2", "head"]
+    assert (mlp_baseline / "report.html").is_file()
+
+
+def test_compare_on_the_device_passes_and_renders_every_report(
+    sim_env: dict[str, str], mlp_baseline: Path, tmp_path: Path, forkserver: ForkServer
+) -> None:
+    run = compare(_env(sim_env), tmp_path, mlp_baseline, MLP, forkserver, "--shapes", "4x32,8x32,4x32")
+    assert run.returncode == 0, run.output
+    data = json.loads((tmp_path / "compare" / "report.json").read_text())
+    assert data["mode"] == "compare" and data["device"]["backend"] == "neuron"
+    sweep = data["sweep"]
+    assert (sweep["backend"], sweep["compiles"], sweep["recompiles"]) == ("neuron", 2, 1)
+    assert [r["compiled_graphs"] for r in sweep["shapes"]] == [1, 1, 0]
+    # The simulated compile cache (torch_neuronx.compile_cache_stats(), a fresh NEFF cache) compiled the same graphs.
+    assert (sweep["device_compiles"], sweep["device_cache_hits"]) == (2, 0)
+    assert sweep["device_recompiles"] == sweep["recompiles"]
+    assert "device compile cache: 2 compile(s), 0 cache hit(s), 1 recompile(s) (agrees)" in run.output
+    assert data["readiness"]["compile_tried"] and data["readiness"]["compile_failure"] is None
+    assert data["origins"] == {"baseline": [], "cpu": []}
+    assert all(r["ok"] for r in data["tensors"]) and len(data["tensors"]) == 24
+    sketched = next(r for r in data["tensors"] if r["tensor"] == "weight/fc2.weight")
+    assert sketched["vs_baseline"] is not None and sketched["vs_baseline"] < 1e-6
+    assert [entry["layer"] for entry in data["layers"]] == ["fc1", "act1", "fc2", "act2", "head"]
+    html = (tmp_path / "compare" / "report.html").read_text()
+    png = html.split("data:image/png;base64,")[1].split("'")[0]
+    assert base64.b64decode(png).startswith(b"\x89PNG")  # the layer plot, embedded
+    markdown = (tmp_path / "compare" / "report.md").read_text()
+    assert "![Per layer](report-layers.png)" in markdown and (tmp_path / "compare" / "report-layers.png").is_file()
+    assert "2 graph(s) compiled for 2 distinct shape(s) (1 recompile(s))" in markdown
+    assert html.count("data:image/png;base64,") == 2  # the layers and the sweep
+
+
+def test_an_error_injected_in_one_layer_is_named_there_and_nowhere_else(
+    sim_env: dict[str, str], mlp_baseline: Path, tmp_path: Path, forkserver: ForkServer
+) -> None:
+    layer = "fc2"  # a middle layer: fc1 and act1 before it stay clean, act2 and head after it inherit the error
+    env = _env(sim_env, NEURON_EVAL_FAULT_LAYER=layer)
+    run = compare(env, tmp_path, mlp_baseline, FAULTY, forkserver)
+    assert run.returncode == 1, run.output
+    data = json.loads((tmp_path / "compare" / "report.json").read_text())
+    for ref in ("baseline", "cpu"):
+        assert [o["layer"] for o in data["origins"][ref]] == [layer], ref
+        assert data["origins"][ref][0]["output_error"] == pytest.approx(0.01, rel=1e-3)
+    assert f"error starts (vs cpu): {layer}\n" in run.output
+    bad = next(r for r in data["tensors"] if r["tensor"] == f"act/{layer}/out/0")
+    assert bad["source"] == "device" and not bad["ok"]
+    later = next(r for r in data["tensors"] if r["tensor"] == "act/head/out/0")
+    assert not later["ok"]  # inherited downstream, yet not named as where the error starts
+    assert all(r["ok"] for r in data["tensors"] if r["tensor"].startswith(("act/fc1/", "act/act1/")))
+
+
+def test_wrong_matmul_on_the_device_starts_at_the_first_matmul(
+    sim_env: dict[str, str], mlp_baseline: Path, tmp_path: Path, forkserver: ForkServer
+) -> None:
+    run = compare(_env(sim_env, NEURON_SIM_FAULT="wrong_matmul"), tmp_path, mlp_baseline, MLP, forkserver)
+    assert run.returncode == 1
+    data = json.loads((tmp_path / "compare" / "report.json").read_text())
+    assert [o["layer"] for o in data["origins"]["cpu"]] == ["fc1"]
+    assert data["origins"]["cpu"][0]["output_error"] == pytest.approx(0.1, rel=0.05)
+
+
+def test_a_fallback_op_appears_under_the_module_that_calls_it(
+    sim_env: dict[str, str], mlp_baseline: Path, tmp_path: Path, forkserver: ForkServer
+) -> None:
+    run = compare(
+        _env(sim_env, NEURON_SIM_FALLBACK_OPS="aten::gelu,aten::relu"), tmp_path, mlp_baseline, MLP, forkserver
+    )
+    assert run.returncode == 0, run.output
+    data = json.loads((tmp_path / "compare" / "report.json").read_text())
+    fallback = data["readiness"]["fallback"]
+    assert fallback == [
+        {"op": "aten::gelu", "module": "act1", "calls": 1},
+        {"op": "aten::relu", "module": "act2", "calls": 1},
+    ]
+    assert (tmp_path / "compare" / "report-fallback.png").is_file()
+
+
+def test_a_baseline_of_another_model_or_input_is_refused(
+    base_env: dict[str, str], mlp_baseline: Path, tmp_path: Path, fverify: Verify
+) -> None:
+    other = fverify(_env(base_env), "--device", "cpu", "--model", "neuron_smoke.models:default_factory",
+                   "--baseline", str(mlp_baseline), tmp=tmp_path)  # fmt: skip
+    assert other.returncode == 2, other.output
+    assert "recorded from a different model" in other.output and "Record a baseline of this model" in other.output
+    assert not (tmp_path / "report.json").exists()  # nothing written
+    missing = fverify(base_env, "--device", "cpu", "--model", MLP, "--baseline", str(tmp_path / "nope"), tmp=tmp_path)
+    assert missing.returncode == 2 and "no index.json there" in missing.output
+
+
+EXAMPLES = {
+    "gpt2": ("neuron_smoke.examples.gpt2:factory", "transformer.h.1.mlp.c_proj"),
+    "llama": ("neuron_smoke.examples.llama:factory", "model.layers.1.mlp.down_proj"),
+    "resnet": ("neuron_smoke.examples.resnet:factory", "layer3.0.conv2"),
+}
+
+
+@pytest.mark.parametrize("name", sorted(EXAMPLES))
+def test_example_models_record_on_cpu_and_compare_on_the_device(
+    name: str, base_env: dict[str, str], sim_env: dict[str, str], tmp_path: Path, forkserver: ForkServer
+) -> None:
+    """Each example: record on the CPU, compare on the device with a fault in one deep layer; that layer is named."""
+    factory, layer = EXAMPLES[name]
+    if name != "resnet":
+        pytest.importorskip("transformers", reason="the transformer examples need the `eval` extra (transformers)")
+    base = record(base_env, tmp_path, factory, forkserver)
+    index = json.loads((base / "index.json").read_text())
+    assert index["model"]["parameters"] > 100_000 and len(index["inventory"]) > 20
+    if name == "resnet":  # layer4's 512x512x3x3 convolutions are above the default limit: projected
+        assert index["tensors"]["weight/layer4.1.conv2.weight"]["stored"] == "sketch"
+    env = _env(sim_env, NEURON_EVAL_FAULT_MODEL=factory, NEURON_EVAL_FAULT_LAYER=layer)
+    run = compare(env, tmp_path, base, FAULTY, forkserver)
+    assert run.returncode == 1, run.output
+    data = json.loads((tmp_path / "compare" / "report.json").read_text())
+    assert [o["layer"] for o in data["origins"]["cpu"]] == [layer]
+    assert [o["layer"] for o in data["origins"]["baseline"]] == [layer]
+    assert {p.name for p in (tmp_path / "compare").iterdir()} >= {"report.json", "report.md", "report.html"}
+
+
+def test_usage_errors_and_a_missing_device(base_env: dict[str, str], tmp_path: Path, fverify: Verify) -> None:
+    both = fverify(base_env, "--model", MLP, "--record", "a", "--baseline", "b", tmp=tmp_path)
+    assert both.returncode == 2 and "record a baseline first, then compare" in both.output
+    no_model = fverify(base_env, "--device", "cpu", "--shapes", "1x8", tmp=tmp_path)
+    assert no_model.returncode == 2 and "need --model" in no_model.output
+    bad_shape = fverify(base_env, "--device", "cpu", "--model", MLP, "--shapes", "8xx", tmp=tmp_path)
+    assert bad_shape.returncode == 2 and "is not a shape like 8x128" in bad_shape.output
+    missing = fverify(base_env, "--device", "neuron", "--model", MLP, "--record", str(tmp_path / "b"), tmp=tmp_path)
+    assert missing.returncode == 3 and "cannot import torch_neuronx" in missing.output
+    assert not (tmp_path / "b").exists() and not (tmp_path / "report.json").exists()

@@ -1,0 +1,50 @@
+"""scripts/field-check.sh: usage errors, and its dry run against the test bed (what CI can prove of the field check)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from pathlib import Path
+
+from neuron_torch.matrix import load_matrix
+from tests import REPO_ROOT
+from tests.testbed.harness import TEST_MATRIX, built_testbed, require_docker
+
+ROOT = REPO_ROOT
+SCRIPT = ROOT / "scripts" / "field-check.sh"
+
+
+def run(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([str(SCRIPT), *args], capture_output=True, text=True, cwd=ROOT, timeout=1500)
+
+
+def test_usage_errors_exit_2_naming_the_problem(tmp_path: Path) -> None:
+    unknown = run("--bogus")
+    assert unknown.returncode == 2 and "unknown option '--bogus'" in unknown.stderr
+    bad_cell = run("--dry-run", "--cell", "nope", "--report", str(tmp_path / "r.json"))
+    assert bad_cell.returncode == 2 and "'nope' is not a cell id" in bad_cell.stderr
+    assert not (tmp_path / "r.json").exists(), "nothing half-written"
+
+
+def test_the_field_mode_refuses_a_machine_without_neuron_devices() -> None:
+    if list(Path("/dev").glob("neuron*")):
+        print("skipping: this machine has /dev/neuron* devices; the field mode would run for real")
+        return
+    done = run("--report", "/dev/null")
+    assert done.returncode == 2 and "no /dev/neuron* here" in done.stderr
+
+
+def test_dry_run_locks_builds_runs_and_reports_every_step(tmp_path: Path) -> None:
+    require_docker()
+    built_testbed()
+    report_file = tmp_path / "report.json"
+    done = run("--dry-run", "--report", str(report_file))
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    report = json.loads(report_file.read_text())
+    assert report["passed"] and report["cell"] == "2.13-py3.11-debian12"
+    assert [s["step"] for s in report["steps"]] == ["lock", "build-image", "verify-device"]
+    assert all(s["passed"] for s in report["steps"])
+    assert set(report["versions"]) == {cell.id for cell in load_matrix(TEST_MATRIX).cells}, "every cell is locked"
+    for versions in report["versions"].values():
+        assert versions["neuronx-cc"] == "2.28.7631.0+f702b353", "the report holds the exact versions resolved"
+    assert report["verify_device"] is not None
