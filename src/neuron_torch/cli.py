@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from neuron_torch import __version__, commands
+from neuron_torch.boundary import clip, guard
 from neuron_torch.choices import MIRROR_ENV_VAR, PACKER_SOURCES, RESOLVERS
 from neuron_torch.errors import NeuronTorchError
 from neuron_torch.hints import with_options
@@ -173,6 +174,11 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    """The entry point: the command inside the error boundary (one line on stderr for whatever goes wrong)."""
+    return guard("neuron-torch", lambda: run(argv))
+
+
+def run(argv: Sequence[str] | None) -> int:
     args = build_parser().parse_args(argv)
     try:
         from neuron_torch.matrix import load_matrix
@@ -190,7 +196,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         sys.stdout.flush()  # here, so that a closed pipe is caught below and not at interpreter exit
         return code
     except NeuronTorchError as error:
-        print(f"neuron-torch: error: {with_options(str(error), args)}", file=sys.stderr)
+        print(f"neuron-torch: error: {clip(with_options(str(error), args))}", file=sys.stderr)
         return error.exit_code
     except BrokenPipeError:
         # The reader went away (`neuron-torch matrix | head -1`): stop quietly, as the Python docs recommend.

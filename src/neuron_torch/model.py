@@ -12,9 +12,12 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from pathlib import Path
 
+from neuron_torch.boundary import quote
 from neuron_torch.errors import NeuronTorchError, UnsupportedError
 from neuron_torch.lockgate import canonical_name, forbidden_reason
 
+# An EC2 size: 48xlarge, 3xlarge, xlarge, large, metal, metal-48xl.
+_INSTANCE_SIZE = re.compile(r"(\d*x)?large|metal(-\d+xl)?")
 _CELL_ID = re.compile(r"^(?P<family>[^-]+)-py(?P<python>[^-]+)-(?P<os>.+)$")
 
 
@@ -286,6 +289,12 @@ class Matrix:
         if reason:
             raise UnsupportedError(f"instance type {instance_type} is not supported: {reason}. Supported: {known}")
         if family in self.instance_families:
+            size = instance_type.partition(".")[2]
+            if not _INSTANCE_SIZE.fullmatch(size):
+                raise UnsupportedError(
+                    f"instance type {quote(instance_type)}: {quote(size)} is not an EC2 instance size (such as "
+                    f"48xlarge, 3xlarge or metal); known types: {known}"
+                )
             # A size the release does not list (e.g. trn3.3xlarge): its family is supported, its device count unknown.
             note = f"{instance_type} is not listed in {self.release.name}: its device count is not documented there"
             return Instance(instance_type, family, 0, 0, note)
