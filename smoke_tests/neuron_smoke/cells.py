@@ -12,6 +12,7 @@ from typing import Any
 from neuron_smoke.cellschema import record_problem
 from neuron_smoke.errors import UsageError
 from neuron_smoke.locktext import canonical
+from neuron_smoke.paths import read_json
 
 DEFAULT_CELL_FILE = "/etc/neuron-torch/cell.json"
 # Cell key -> distribution name, for the pins every cell carries.
@@ -23,7 +24,7 @@ def load_cell(cell_file: str | None, cell_id: str | None) -> tuple[dict[str, Any
     """The cell and where it came from: --cell-file, $NEURON_TORCH_CELL_FILE, --cell, then the installed file."""
     path = cell_file or os.environ.get("NEURON_TORCH_CELL_FILE")
     if path:
-        cell = _read(Path(path))
+        cell = _read(Path(path), "cell file" if cell_file else "cell file ($NEURON_TORCH_CELL_FILE)")
         if cell_id and cell.get("id") != cell_id:
             raise UsageError(f"--cell {cell_id} does not match the id {cell.get('id')!r} in {path}")
         return cell, path
@@ -31,16 +32,12 @@ def load_cell(cell_file: str | None, cell_id: str | None) -> tuple[dict[str, Any
         return _from_cli(cell_id), f"neuron-torch cell {cell_id} --json"
     default = Path(os.environ.get("NEURON_SMOKE_DEFAULT_CELL_FILE", DEFAULT_CELL_FILE))
     if default.is_file():
-        return _read(default), str(default)
+        return _read(default, "cell file"), str(default)
     return None, None
 
 
-def _read(path: Path) -> dict[str, Any]:
-    try:
-        data = json.loads(path.read_text())
-    except (OSError, json.JSONDecodeError) as exc:
-        raise UsageError(f"cannot read cell file {path}: {exc}") from exc
-    return _checked(data, f"cell file {path}")
+def _read(path: Path, what: str) -> dict[str, Any]:
+    return _checked(read_json(path, what), f"{what} {path}")
 
 
 def _checked(data: Any, source: str) -> dict[str, Any]:

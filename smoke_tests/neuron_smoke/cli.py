@@ -3,18 +3,18 @@
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from neuron_smoke import EXIT_USAGE, output
+from neuron_smoke import EXIT_USAGE, output, validate
+from neuron_smoke.boundary import guard
 from neuron_smoke.context import STAGE_NAMES, Options
 from neuron_smoke.errors import UsageError
 from neuron_smoke.launchers import LAUNCHERS, Launcher
 from neuron_smoke.model_contract import CONTRACT
-from neuron_smoke.results import Report
+from neuron_smoke.results import Report, StageResult, interrupted
 
 if TYPE_CHECKING:
     from neuron_smoke.models import ModelSpec
@@ -52,12 +52,7 @@ def build_parser() -> argparse.ArgumentParser:
         epilog=EPILOG,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    p.add_argument(
-        "--device",
-        choices=("neuron", "cuda", "cpu", "auto"),
-        default=os.environ.get("NEURON_SMOKE_DEVICE", "neuron"),
-        help="default: neuron",
-    )
+    p.add_argument("--device", choices=validate.DEVICES, help="default: $NEURON_SMOKE_DEVICE, else neuron")
     p.add_argument("--cell", help="cell ID, resolved with `neuron-torch cell ID --json`")
     p.add_argument("--cell-file", help="cell JSON file (pins); see the README for the order of sources")
     p.add_argument("--instance-type", help="instance type for the expected device count (default: from IMDS)")
@@ -113,6 +108,10 @@ def parse_options(argv: Sequence[str] | None) -> tuple[Options, argparse.Namespa
         raise UsageError("--nproc must be at least 2")
     if not 0 <= args.throughput_floor < 100:
         raise UsageError(f"--throughput-floor must be a percentage in [0, 100): {args.throughput_floor:g}")
+    args.device = validate.device(args)
+    validate.check_environment()
+    validate.check_outputs(args)
+    validate.check_evaluation(args)
     from neuron_smoke.cells import load_cell
 
     cell, source = load_cell(args.cell_file, args.cell)
@@ -142,6 +141,11 @@ def parse_options(argv: Sequence[str] | None) -> tuple[Options, argparse.Namespa
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    """The entry point: the run inside the error boundary (one line on stderr for whatever goes wrong)."""
+    return guard("verify-device", lambda: run(argv), "a --report written so far marks the run as interrupted")
+
+
+def run(argv: Sequence[str] | None) -> int:
     try:
         options, args = parse_options(argv)
     except UsageError as exc:
@@ -213,7 +217,23 @@ def _run(options: Options, args: argparse.Namespace, launcher: Launcher | None) 
             return EXIT_USAGE
 
     output.print_header(options.device, resolve(options.device).name, torch.__version__)
-    report = run_suite(options, spec, output.print_stage, launcher, lambda partial: _write(partial, args))
+    progress: list[Report] = []
+    finished: list[StageResult] = []
+
+    def on_result(result: StageResult) -> None:
+        finished.append(result)
+        output.print_stage(result)
+
+    def on_progress(partial: Report) -> None:
+        progress[:] = [partial]
+        _write(partial, args)
+
+    try:
+        report = run_suite(options, spec, on_result, launcher, on_progress)
+    except KeyboardInterrupt:
+        if progress:  # the report on disk marks the running stage hung (the watchdog's case): say what happened
+            _write(interrupted(progress[0], len(finished)), args)
+        raise
     output.print_footer(report)
     _write(report, args)
     return report.exit_code
