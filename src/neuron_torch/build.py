@@ -168,9 +168,10 @@ def plan_image_build(
     if ca_bundle is not None:
         check_ca_bundle(ca_bundle)
     for tag in tags:
-        if not DOCKER_TAG.fullmatch(tag):
+        if len(tag) > 255 or not DOCKER_TAG.fullmatch(tag):  # docker's own limit on a reference
             raise NeuronTorchError(
-                f"--tag {tag!r} is not a docker image reference: NAME[:TAG], lowercase name parts of letters, digits "
+                f"--tag {quote(tag)} is not a docker image reference (at most 255 characters): NAME[:TAG], "
+                "lowercase name parts of letters, digits "
                 "and . _ - separated by /, a tag of up to 128 letters, digits, . _ - (e.g. registry.example/ml/nt:1)"
             )
     stage_dir, record = stage(matrix, cell, lock_path, write=not dry_run)

@@ -189,8 +189,8 @@ def run(argv: Sequence[str] | None) -> int:
             # Commands that fetch or print URLs see the mirrored release; render and check keep the release's own.
             args.mirror_settings = load_mirror(args.mirror) if args.mirror else mirror_from_env()
             if args.mirror_settings:
+                matrix = apply_mirror(matrix, args.mirror_settings)  # checked first: a refused mirror is one line
                 print(args.mirror_settings.describe(), file=sys.stderr)
-                matrix = apply_mirror(matrix, args.mirror_settings)
         handler: Handler = args.handler
         code = handler(args, matrix)
         sys.stdout.flush()  # here, so that a closed pipe is caught below and not at interpreter exit

@@ -241,7 +241,7 @@ class Matrix:
         match = _CELL_ID.match(cell_id)
         if not match:
             raise NeuronTorchError(
-                f"'{cell_id}' is not a cell id: the form is FAMILY-pyPYTHON-OS, e.g. {self.release.default_cell}. "
+                f"{quote(cell_id)} is not a cell id: the form is FAMILY-pyPYTHON-OS, e.g. {self.release.default_cell}. "
                 f"Supported cells: {', '.join(c.id for c in self.cells)}"
             )
         self.family(match["family"])
@@ -251,14 +251,15 @@ class Matrix:
             self.require_arch(arch)
         self.operating_system(match["os"])
         raise UnsupportedError(
-            f"cell '{cell_id}' is not in {self.release.name}. Supported cells: {', '.join(c.id for c in self.cells)}"
+            f"cell {quote(cell_id)} is not in {self.release.name}. "
+            f"Supported cells: {', '.join(c.id for c in self.cells)}"
         )
 
     def family(self, name: str) -> Family:
         if name in self.families:
             return self.families[name]
         raise UnsupportedError(
-            f"torch-neuronx family '{name}' is not in {self.release.name}; supported: "
+            f"torch-neuronx family {quote(name)} is not in {self.release.name}; supported: "
             + ", ".join(f"{f.name} (torch {f.torch}, torch-neuronx {f.torch_neuronx})" for f in self.families.values())
         )
 
@@ -268,8 +269,8 @@ class Matrix:
             return python
         reason = self.unsupported.python.get(python)
         if reason:
-            raise UnsupportedError(f"Python {python} is not supported: {reason}. Supported: {supported}")
-        raise UnsupportedError(f"Python '{python}' is not in {self.release.name}. Supported: {supported}")
+            raise UnsupportedError(f"Python {quote(python)} is not supported: {reason}. Supported: {supported}")
+        raise UnsupportedError(f"Python {quote(python)} is not in {self.release.name}. Supported: {supported}")
 
     def operating_system(self, os_id: str) -> OperatingSystem:
         supported = ", ".join(self.os)
@@ -278,7 +279,7 @@ class Matrix:
         reason = self.unsupported.os.get(os_id)
         if reason:
             raise UnsupportedError(f"{os_id} is not supported: {reason}. Supported: {supported}")
-        raise UnsupportedError(f"operating system '{os_id}' is not in {self.release.name}. Supported: {supported}")
+        raise UnsupportedError(f"operating system {quote(os_id)} is not in {self.release.name}. Supported: {supported}")
 
     def instance(self, instance_type: str) -> Instance:
         if instance_type in self.instances:
