@@ -167,7 +167,7 @@ class Case(NamedTuple):
 
 NT = ["--matrix", "{matrix}"]  # the release matrix, named: hints repeat it
 LONG = "x" * 5000  # user data longer than any message may quote
-ARGPARSE = 2  # argparse's usage line and its error line
+ARGPARSE = 1  # argparse's usage errors: one line naming --help (boundary.OneLineParser)
 MORE: list[Case] = [
     # files: NUL bytes, too large, not a regular file (a 300 MB file of NULs once wrote 1.2 GB to stderr)
     Case("lock NUL bytes", ["check", "--lock", "{nul}", "--cell", CELL], "the lock holds NUL bytes"),

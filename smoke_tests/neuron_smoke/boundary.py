@@ -8,6 +8,7 @@ characters of it); `clip` bounds every line of a message that quotes data some o
 
 from __future__ import annotations
 
+import argparse
 import datetime
 import os
 import sys
@@ -15,10 +16,18 @@ import tempfile
 import traceback
 from collections.abc import Callable
 from pathlib import Path
+from typing import NoReturn
 
 EXIT_INTERRUPTED = 130  # 128 + SIGINT, what a shell reports for a command ended by Ctrl-C
 QUOTE_LIMIT = 200
 LINE_LIMIT = 600  # a message line may hold a path, a quote and the fix around it
+
+
+class OneLineParser(argparse.ArgumentParser):
+    """argparse with its usage errors in one line, naming --help, instead of the whole usage text before them."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"{self.prog}: error: {message} (see `{self.prog} --help`)\n")
 
 
 def quote(value: object, limit: int = QUOTE_LIMIT) -> str:

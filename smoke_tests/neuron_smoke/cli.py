@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from neuron_smoke import EXIT_USAGE, output, validate
-from neuron_smoke.boundary import guard
+from neuron_smoke.boundary import OneLineParser, clip, guard
 from neuron_smoke.context import STAGE_NAMES, Options
 from neuron_smoke.errors import UsageError
 from neuron_smoke.launchers import LAUNCHERS, Launcher
@@ -46,7 +46,7 @@ def _positive(kind: Callable[[str], float]) -> Callable[[str], float]:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
+    p = OneLineParser(
         prog="verify-device",
         description="Prove a TorchNeuron (or CUDA/CPU) environment works, stage by stage.",
         epilog=EPILOG,
@@ -149,7 +149,7 @@ def run(argv: Sequence[str] | None) -> int:
     try:
         options, args = parse_options(argv)
     except UsageError as exc:
-        print(f"verify-device: error: {exc}", file=sys.stderr)
+        print(f"verify-device: error: {clip(str(exc))}", file=sys.stderr)
         return EXIT_USAGE
     from neuron_smoke import cores
     from neuron_smoke.evaluate.options import evaluation_requested
@@ -213,7 +213,7 @@ def _run(options: Options, args: argparse.Namespace, launcher: Launcher | None) 
         try:
             spec = _load_model(options.model)
         except UsageError as exc:
-            print(f"verify-device: error: {exc}", file=sys.stderr)
+            print(f"verify-device: error: {clip(str(exc))}", file=sys.stderr)
             return EXIT_USAGE
 
     output.print_header(options.device, resolve(options.device).name, torch.__version__)

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from neuron_torch import __version__, commands
-from neuron_torch.boundary import clip, guard
+from neuron_torch.boundary import OneLineParser, clip, guard
 from neuron_torch.choices import MIRROR_ENV_VAR, PACKER_SOURCES, RESOLVERS
 from neuron_torch.errors import NeuronTorchError
 from neuron_torch.hints import with_options
@@ -25,7 +25,7 @@ if TYPE_CHECKING:
     from neuron_torch.matrix import Matrix
 
     Handler: TypeAlias = Callable[[argparse.Namespace, Matrix], int]
-    Subparsers: TypeAlias = argparse._SubParsersAction[argparse.ArgumentParser]
+    Subparsers: TypeAlias = argparse._SubParsersAction[OneLineParser]
 
 
 def add_mirror_option(parser: argparse.ArgumentParser) -> None:
@@ -156,7 +156,7 @@ COMMANDS: tuple[Callable[[Subparsers], None], ...] = (
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = OneLineParser(
         prog="neuron-torch",
         description="Pinned, verified TorchNeuron environments: pick a cell, lock it, check it, build or bundle it.",
         epilog="Exit codes: 0 ok, 1 a check failed, 2 bad input. The README's quick start lists each user's path.",

@@ -269,7 +269,7 @@ class Matrix:
             return python
         reason = self.unsupported.python.get(python)
         if reason:
-            raise UnsupportedError(f"Python {quote(python)} is not supported: {reason}. Supported: {supported}")
+            raise UnsupportedError(f"Python {python} is not supported: {reason}. Supported: {supported}")
         raise UnsupportedError(f"Python {quote(python)} is not in {self.release.name}. Supported: {supported}")
 
     def operating_system(self, os_id: str) -> OperatingSystem:
