@@ -21,7 +21,7 @@ if TYPE_CHECKING:
 
 EPILOG = (
     """exit codes: 0 all checks passed (skips allowed), 1 a check failed (or timed out),
-2 usage error, 3 the requested device is not present.
+2 usage error, 3 the requested device is not present, 130 interrupted (the report says so).
 env: NEURON_SMOKE_DEVICE (default --device), NEURON_TORCH_CELL_FILE (pins), NEURON_SMOKE_IMDS=0 (no IMDS lookup),
 NEURON_SMOKE_DEV_GLOB (where to look for Neuron device files, default /dev/neuron*).
 --model contract: """

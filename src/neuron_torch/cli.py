@@ -1,4 +1,5 @@
-"""The `neuron-torch` command: a thin layer over the library. Exit codes: 0 ok, 1 a check failed, 2 bad input.
+"""The `neuron-torch` command: a thin layer over the library. Exit codes: 0 ok, 1 a check failed, 2 bad input,
+130 interrupted (Ctrl-C).
 
 Every subcommand is registered the same way: a function `add_NAME(sub)` in COMMANDS adds its parser, whose
 `handler` (in neuron_torch.commands) imports what it needs when it runs.
@@ -159,7 +160,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser = OneLineParser(
         prog="neuron-torch",
         description="Pinned, verified TorchNeuron environments: pick a cell, lock it, check it, build or bundle it.",
-        epilog="Exit codes: 0 ok, 1 a check failed, 2 bad input. The README's quick start lists each user's path.",
+        epilog="Exit codes: 0 ok, 1 a check failed (or an internal error, its traceback in the log file named), "
+        "2 bad input, 130 interrupted. The README's quick start lists each user's path.",
     )
     parser.add_argument("--version", action="version", version=f"neuron-torch {__version__}")
     parser.add_argument("--matrix", type=Path, help="release matrix (default: constraints/matrix.toml)")
