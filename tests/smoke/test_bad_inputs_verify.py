@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import NamedTuple
 
 import pytest
-from neuron_smoke import cli, cores
+from neuron_smoke import cli, cores, validate
 from neuron_smoke.evaluate import BASELINE_SCHEMA
 
 from tests.smoke.conftest import SIM_CELL
@@ -270,3 +270,21 @@ def test_ctrl_c_is_one_line_exit_130_and_the_report_says_interrupted(tmp_path: P
     assert len(stopped) == 1, data["stages"]
     assert "hung" not in report.read_text().replace('"hung": false', "")
     assert sorted(p.name for p in tmp_path.iterdir()) == ["report.json"]
+
+
+def test_an_unexpected_error_is_one_line_naming_its_log(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    def broken() -> None:
+        raise KeyError("a bug")
+
+    monkeypatch.setattr(validate, "check_environment", broken)
+    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path))
+    assert cli.main(["--device", "cpu"]) == 1
+    err = capsys.readouterr().err
+    logs = list((tmp_path / "verify-device").iterdir())
+    assert len(logs) == 1 and err.strip() == (
+        f"verify-device: internal error: KeyError: \"'a bug'\"; the traceback is in {logs[0]} (please attach it to an "
+        "issue)"
+    )
+    assert ", in broken" in logs[0].read_text()
