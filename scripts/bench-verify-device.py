@@ -3,8 +3,8 @@
 1024x1024x1024 float32 matmul, each in a fresh process (goal: the full run at most 2.5x the baseline).
 
 With --clean-runs N (and --sim-runs M) it instead runs N full CPU runs (and M full runs on the simulated neuron
-device of tests/simdevice, which must be built: `pytest tests/integration/smoke` builds it) and prints how many failed (goal: 0),
-naming the failed stages of each failure.
+device of tests/simdevice, which must be built: `pytest tests/integration/smoke` builds it) and prints how many
+failed (goal: 0), naming the failed stages of each failure.
 
 Usage: scripts/bench-verify-device.py [--repeat N | --clean-runs N [--sim-runs M]] [extra verify-device options...]
 Uses NEURON_TORCH_PYTHON (default: this interpreter). Prints numbers; it is not a pass/fail test.

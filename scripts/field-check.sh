@@ -31,6 +31,18 @@ while (($#)); do
   shift
 done
 
+# The report's folder must take a new file before any step runs (a folder named as the report is refused by name).
+report_dir=$(dirname -- "$report")
+if [[ -d $report ]]; then
+  echo "field-check: --report $report is a folder; name the report file, e.g. $report/field-check-report.json" >&2
+  exit 2
+fi
+if ! probe=$(mktemp -p "$report_dir" .field-check-probe.XXXXXX 2>/dev/null); then
+  echo "field-check: --report $report: cannot write in $report_dir (missing, a file, or read-only); name another file" >&2
+  exit 2
+fi
+rm -f -- "$probe"
+
 neuron_torch=${NEURON_TORCH:-.venv/bin/neuron-torch}
 if ! command -v "$neuron_torch" >/dev/null; then
   echo "field-check: $neuron_torch not found; run scripts/dev-setup.sh (or set NEURON_TORCH)" >&2
@@ -46,7 +58,7 @@ fi
 nt=("$neuron_torch" --matrix "$matrix")
 if [[ -z $cell ]]; then
   cell=$("${neuron_torch%/*}/python" -c 'import sys; from neuron_torch.matrix import load_matrix
-print(load_matrix(sys.argv[1]).release.default_cell)' "$matrix") || {
+print(load_matrix(sys.argv[1]).release.default_cell)' "$matrix" 2>/dev/null) || {
     echo "field-check: cannot read the default cell of $matrix" >&2
     exit 2
   }
@@ -113,7 +125,10 @@ result = {"mode": "dry-run (test bed, CPU)" if dry_run == "1" else "field (real 
           "matrix": matrix, "cell": cell, "steps": steps, "versions": versions,
           "verify_device": json.loads(verify.read_text()) if verify.is_file() else None}
 result["passed"] = bool(steps) and all(s["passed"] for s in steps) and len(steps) == 3
-Path(report).write_text(json.dumps(result, indent=2) + "\n")
+try:
+    Path(report).write_text(json.dumps(result, indent=2) + "\n")
+except OSError as error:
+    sys.exit(f"field-check: cannot write the report {report}: {error.strerror}")
 print(f"field-check: {'passed' if result['passed'] else 'FAILED'}; report {report}")
 PY
 if ((failed)) || [[ $(wc -l <"$steps") -ne 3 ]]; then exit 1; fi

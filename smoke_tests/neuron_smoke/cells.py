@@ -13,6 +13,7 @@ from neuron_cell import cellrecord
 from neuron_cell.cellrecord import PINNED
 from neuron_cell.locktext import canonical
 from neuron_smoke.errors import UsageError
+from neuron_smoke.paths import read_json
 
 DEFAULT_CELL_FILE = "/etc/neuron-torch/cell.json"
 NEURON_DISTRIBUTIONS = frozenset({"torch-neuronx", "neuronx-cc", "nki"})
@@ -22,7 +23,7 @@ def load_cell(cell_file: str | None, cell_id: str | None) -> tuple[dict[str, Any
     """The cell and where it came from: --cell-file, $NEURON_TORCH_CELL_FILE, --cell, then the installed file."""
     path = cell_file or os.environ.get("NEURON_TORCH_CELL_FILE")
     if path:
-        cell = _read(Path(path))
+        cell = _read(Path(path), "cell file" if cell_file else "cell file ($NEURON_TORCH_CELL_FILE)")
         if cell_id and cell.get("id") != cell_id:
             raise UsageError(f"--cell {cell_id} does not match the id {cell.get('id')!r} in {path}")
         return cell, path
@@ -30,15 +31,12 @@ def load_cell(cell_file: str | None, cell_id: str | None) -> tuple[dict[str, Any
         return _from_cli(cell_id), f"neuron-torch cell {cell_id} --json"
     default = Path(os.environ.get("NEURON_SMOKE_DEFAULT_CELL_FILE", DEFAULT_CELL_FILE))
     if default.is_file():
-        return _read(default), str(default)
+        return _read(default, "cell file"), str(default)
     return None, None
 
 
-def _read(path: Path) -> dict[str, Any]:
-    try:
-        return cellrecord.load(path)
-    except cellrecord.RecordError as error:
-        raise UsageError(str(error)) from error
+def _read(path: Path, what: str) -> dict[str, Any]:
+    return _checked(read_json(path, what), f"{what} {path}")
 
 
 def _checked(data: Any, source: str) -> dict[str, Any]:

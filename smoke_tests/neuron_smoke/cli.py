@@ -3,25 +3,25 @@
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from neuron_smoke import EXIT_USAGE, output, registry
+from neuron_cell.boundary import OneLineParser, clip, guard
+from neuron_smoke import EXIT_USAGE, output, registry, validate
 from neuron_smoke.context import Options
 from neuron_smoke.errors import UsageError
 from neuron_smoke.launchers import LAUNCHERS, Launcher
 from neuron_smoke.model_contract import CONTRACT
-from neuron_smoke.results import Report
+from neuron_smoke.results import Report, StageResult, interrupted
 
 if TYPE_CHECKING:
     from neuron_smoke.models import ModelSpec
 
 EPILOG = (
     """exit codes: 0 all checks passed (skips allowed), 1 a check failed (or timed out),
-2 usage error, 3 the requested device is not present.
+2 usage error, 3 the requested device is not present, 130 interrupted (the report says so).
 env: NEURON_SMOKE_DEVICE (default --device), NEURON_TORCH_CELL_FILE (pins), NEURON_SMOKE_IMDS=0 (no IMDS lookup),
 NEURON_SMOKE_DEV_GLOB (where to look for Neuron device files, default /dev/neuron*).
 --model contract: """
@@ -46,18 +46,13 @@ def _positive(kind: Callable[[str], float]) -> Callable[[str], float]:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
+    p = OneLineParser(
         prog="verify-device",
         description="Prove a TorchNeuron (or CUDA/CPU) environment works, stage by stage.",
         epilog=EPILOG,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    p.add_argument(
-        "--device",
-        choices=("neuron", "cuda", "cpu", "auto"),
-        default=os.environ.get("NEURON_SMOKE_DEVICE", "neuron"),
-        help="default: neuron",
-    )
+    p.add_argument("--device", choices=validate.DEVICES, help="default: $NEURON_SMOKE_DEVICE, else neuron")
     p.add_argument("--cell", help="cell ID, resolved with `neuron-torch cell ID --json`")
     p.add_argument("--cell-file", help="cell JSON file (pins); see the README for the order of sources")
     p.add_argument("--instance-type", help="instance type for the expected device count (default: from IMDS)")
@@ -78,6 +73,15 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="A,B",
         help=f"run only these stages; all, in the order they run: {', '.join(registry.NAMES)}",
     )
+    _add_tuning(p)
+    from neuron_smoke.evaluate.options import add_arguments
+
+    add_arguments(p)
+    return p
+
+
+def _add_tuning(p: argparse.ArgumentParser) -> None:
+    """The options that tune the stages: timing, bounds, floors, the collectives' ranks."""
     p.add_argument("--iterations", type=_positive(int), default=10, help="timed calls for steady state (10)")
     p.add_argument("--warmup", type=int, default=3, help="untimed calls before timing (3)")
     p.add_argument("--throughput-size", type=_positive(int), help="N for the NxNxN throughput matmul")
@@ -108,10 +112,6 @@ def build_parser() -> argparse.ArgumentParser:
         default="fork",
         help="how the collectives stage starts its ranks: fork (default, fast) or torchrun (the full launcher)",
     )
-    from neuron_smoke.evaluate.options import add_arguments
-
-    add_arguments(p)
-    return p
 
 
 def parse_options(argv: Sequence[str] | None) -> tuple[Options, argparse.Namespace]:
@@ -123,6 +123,10 @@ def parse_options(argv: Sequence[str] | None) -> tuple[Options, argparse.Namespa
         raise UsageError("--nproc must be at least 2")
     if not 0 <= args.throughput_floor < 100:
         raise UsageError(f"--throughput-floor must be a percentage in [0, 100): {args.throughput_floor:g}")
+    args.device = validate.device(args)
+    validate.check_environment()
+    validate.check_outputs(args)
+    validate.check_evaluation(args)
     from neuron_smoke.cells import load_cell
 
     cell, source = load_cell(args.cell_file, args.cell)
@@ -152,10 +156,15 @@ def parse_options(argv: Sequence[str] | None) -> tuple[Options, argparse.Namespa
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    """The entry point: the run inside the error boundary (one line on stderr for whatever goes wrong)."""
+    return guard("verify-device", lambda: run(argv), "a --report written so far marks the run as interrupted")
+
+
+def run(argv: Sequence[str] | None) -> int:
     try:
         options, args = parse_options(argv)
     except UsageError as exc:
-        print(f"verify-device: error: {exc}", file=sys.stderr)
+        print(f"verify-device: error: {clip(str(exc))}", file=sys.stderr)
         return EXIT_USAGE
     from neuron_smoke import cores
     from neuron_smoke.evaluate.options import evaluation_requested
@@ -217,11 +226,27 @@ def _run(options: Options, args: argparse.Namespace, launcher: Launcher | None) 
         try:
             spec = _load_model(options.model)
         except UsageError as exc:
-            print(f"verify-device: error: {exc}", file=sys.stderr)
+            print(f"verify-device: error: {clip(str(exc))}", file=sys.stderr)
             return EXIT_USAGE
 
     output.print_header(options.device, resolve(options.device).name, torch.__version__)
-    report = run_suite(options, spec, output.print_stage, launcher, lambda partial: _write(partial, args))
+    progress: list[Report] = []
+    finished: list[StageResult] = []
+
+    def on_result(result: StageResult) -> None:
+        finished.append(result)
+        output.print_stage(result)
+
+    def on_progress(partial: Report) -> None:
+        progress[:] = [partial]
+        _write(partial, args)
+
+    try:
+        report = run_suite(options, spec, on_result, launcher, on_progress)
+    except KeyboardInterrupt:
+        if progress:  # the report on disk marks the running stage hung (the watchdog's case): say what happened
+            _write(interrupted(progress[0], len(finished)), args)
+        raise
     output.print_footer(report)
     _write(report, args)
     return report.exit_code

@@ -42,9 +42,13 @@ def print_footer(report: Report, stream: TextIO = sys.stdout) -> None:
 def _replace(path: Path, data: bytes) -> None:
     """Write whole or not at all: a temporary file beside `path`, renamed over it (the report is rewritten after
     every stage, and a reader, or the watchdog's exit, must never see half a file)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    tmp.write_bytes(data)
-    os.replace(tmp, path)
+    try:
+        tmp.write_bytes(data)
+        os.replace(tmp, path)
+    finally:
+        tmp.unlink(missing_ok=True)
 
 
 def write_json(report: Report, path: Path) -> None:

@@ -50,6 +50,8 @@ class Report:
     stages: list[StageResult] = field(default_factory=list)
     duration_s: float = 0.0
     exit_code: int = 0
+    # Stopped by Ctrl-C: the stage that was running says so (not "hung"), and exit_code is 130.
+    interrupted: bool = False
 
     def stage(self, name: str) -> StageResult:
         return next(s for s in self.stages if s.name == name)
@@ -64,3 +66,17 @@ class Report:
         data = asdict(self)
         data["summary"] = self.counts()
         return data
+
+
+def interrupted(report: Report, finished: int) -> Report:
+    """The run stopped by Ctrl-C, from the last report written, whose first `finished` stages ran to the end: the next
+    one, written as hung (what the watchdog's exit would leave), was interrupted; the later ones were not run."""
+    for stage in report.stages[finished:]:
+        if stage.hung:
+            stage.hung = False
+            stage.failures = [f"{stage.name}: interrupted (Ctrl-C) while it ran"]
+        elif stage.status == SKIP:
+            stage.reason = "not run: the run was interrupted (Ctrl-C)"
+    report.interrupted = True
+    report.exit_code = 130
+    return report

@@ -22,6 +22,7 @@ from neuron_smoke.runner import Stage, hard_grace, run_all
 if TYPE_CHECKING:
     from neuron_smoke.models import ModelSpec
 
+
 # The stages in the table's order (registry.py), each bound to its code.
 def _runner(entry: registry.Entry) -> Callable[[Context, StageLog], None]:
     """The row's run(ctx, log), resolved when the stage starts (see registry.Entry.run)."""

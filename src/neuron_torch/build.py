@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
+from neuron_cell.boundary import quote
 from neuron_torch.buildargs import DOCKER_TAG, build_args
 from neuron_torch.cellinfo import cell_record, relative
 from neuron_torch.errors import NeuronTorchError
@@ -118,11 +119,11 @@ def require_lock(matrix: Matrix, cell: Cell, lock: Path | None) -> Path:
 def stage(matrix: Matrix, cell: Cell, lock: Path, *, write: bool = True) -> tuple[Path, dict[str, Any]]:
     """Write the lock and the cell record (with the locked versions) where the Dockerfile's COPY finds them; return
     the folder and the record (the build arguments are read from it)."""
-    text = with_pip_options(read_lock_text(lock), pip_options(matrix.indexes, None))  # the build's own indexes
+    text = with_pip_options(read_lock_text(lock, cell.id), pip_options(matrix.indexes, None))  # the build's own indexes
     digest = hashlib.sha256(text.encode()).hexdigest()[:12]
     folder = matrix.root / "build" / "image" / f"{cell.id}-{digest}"
     record = cell_record(matrix, cell)
-    record["locked"] = {package.name: package.version for package in read_lock(lock).packages}
+    record["locked"] = {package.name: package.version for package in read_lock(lock, cell.id).packages}
     if not write:
         return folder, record  # a dry run names the folder and writes nothing
     folder.mkdir(parents=True, exist_ok=True)
@@ -131,6 +132,20 @@ def stage(matrix: Matrix, cell: Cell, lock: Path, *, write: bool = True) -> tupl
     gate = {"forbidden": matrix.forbidden}  # the rules lockgate.py applies inside the build, before pip
     (folder / "gate.json").write_text(json.dumps(gate, indent=2) + "\n", encoding="utf-8")
     return folder, record
+
+
+def dockerfile_stages(matrix: Matrix) -> list[str]:
+    """The named stages of the project's Dockerfile (`FROM ... AS name`), in order."""
+    text = (matrix.root / "Dockerfile").read_text(encoding="utf-8")
+    return re.findall(r"^FROM\s+\S+\s+AS\s+(\S+)\s*$", text, flags=re.MULTILINE | re.IGNORECASE)
+
+
+def check_target(matrix: Matrix, target: str) -> None:
+    stages = dockerfile_stages(matrix)
+    if target not in stages:
+        raise NeuronTorchError(
+            f"--target {quote(target)} is no stage of {matrix.root / 'Dockerfile'}; its stages: {', '.join(stages)}"
+        )
 
 
 def plan_image_build(
@@ -147,13 +162,16 @@ def plan_image_build(
     dry_run: bool = False,
 ) -> ImageBuild:
     """Stage the cell's files (unless dry_run) and return the docker command that builds its image."""
+    if target is not None:
+        check_target(matrix, target)
     lock_path = require_lock(matrix, cell, lock)
     if ca_bundle is not None:
         check_ca_bundle(ca_bundle)
     for tag in tags:
-        if not DOCKER_TAG.fullmatch(tag):
+        if len(tag) > 255 or not DOCKER_TAG.fullmatch(tag):  # docker's own limit on a reference
             raise NeuronTorchError(
-                f"--tag {tag!r} is not a docker image reference: NAME[:TAG], lowercase name parts of letters, digits "
+                f"--tag {quote(tag)} is not a docker image reference (at most 255 characters): NAME[:TAG], "
+                "lowercase name parts of letters, digits "
                 "and . _ - separated by /, a tag of up to 128 letters, digits, . _ - (e.g. registry.example/ml/nt:1)"
             )
     stage_dir, record = stage(matrix, cell, lock_path, write=not dry_run)

@@ -250,7 +250,8 @@ def _write_bundle(
     apt_packages = tuple(p for p in matrix.apt.packages if p.scope in scopes)
     debs = download_debs(matrix, cell, apt_packages, out / "apt", mirror)
     # pip reads --find-links relative to the lock's folder: `pip install --require-hashes -r lock.txt` works offline.
-    (out / "lock.txt").write_text(with_pip_options(read_lock_text(lock_file), ["--no-index", "--find-links wheels"]))
+    lock_text = read_lock_text(lock_file, cell.id)
+    (out / "lock.txt").write_text(with_pip_options(lock_text, ["--no-index", "--find-links wheels"]))
     shutil.copyfile(INSTALL_SH, out / "install.sh")
     (out / "install.sh").chmod(0o755)
     # neuron_cell whole: the one lock installation (the image and the python_env role run it too), checked by digest.

@@ -36,7 +36,7 @@ def problems(matrix: Matrix) -> list[str]:
                 found.append(f"{relative(path, matrix)}: a lock for no cell of {matrix.release.name}; remove it")
                 continue
             try:
-                lock = read_lock(path)  # the consumers read these: each must be sealed
+                lock = read_lock(path, cell.id)  # the consumers read these: each must be sealed
                 found += seal_problems(lock, cell.id) + lock_problems(lock, matrix, cell)
             except NeuronTorchError as error:  # an unreadable lock is one problem; the others are still checked
                 found.append(str(error))

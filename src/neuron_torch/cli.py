@@ -1,4 +1,5 @@
-"""The `neuron-torch` command: a thin layer over the library. Exit codes: 0 ok, 1 a check failed, 2 bad input.
+"""The `neuron-torch` command: a thin layer over the library. Exit codes: 0 ok, 1 a check failed, 2 bad input,
+130 interrupted (Ctrl-C).
 
 Every subcommand is registered the same way: a function `add_NAME(sub)` in COMMANDS adds its parser, whose
 `handler` (in neuron_torch.commands) imports what it needs when it runs.
@@ -13,6 +14,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from neuron_cell.boundary import OneLineParser, clip, guard
 from neuron_torch import __version__, commands
 from neuron_torch.choices import MIRROR_ENV_VAR, PACKER_SOURCES, RESOLVERS
 from neuron_torch.errors import NeuronTorchError
@@ -24,7 +26,7 @@ if TYPE_CHECKING:
     from neuron_torch.matrix import Matrix
 
     Handler: TypeAlias = Callable[[argparse.Namespace, Matrix], int]
-    Subparsers: TypeAlias = argparse._SubParsersAction[argparse.ArgumentParser]
+    Subparsers: TypeAlias = argparse._SubParsersAction[OneLineParser]
 
 
 def add_mirror_option(parser: argparse.ArgumentParser) -> None:
@@ -155,10 +157,11 @@ COMMANDS: tuple[Callable[[Subparsers], None], ...] = (
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = OneLineParser(
         prog="neuron-torch",
         description="Pinned, verified TorchNeuron environments: pick a cell, lock it, check it, build or bundle it.",
-        epilog="Exit codes: 0 ok, 1 a check failed, 2 bad input. The README's quick start lists each user's path.",
+        epilog="Exit codes: 0 ok, 1 a check failed (or an internal error, its traceback in the log file named), "
+        "2 bad input, 130 interrupted. The README's quick start lists each user's path.",
     )
     parser.add_argument("--version", action="version", version=f"neuron-torch {__version__}")
     parser.add_argument("--matrix", type=Path, help="release matrix (default: constraints/matrix.toml)")
@@ -173,6 +176,11 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    """The entry point: the command inside the error boundary (one line on stderr for whatever goes wrong)."""
+    return guard("neuron-torch", lambda: run(argv))
+
+
+def run(argv: Sequence[str] | None) -> int:
     args = build_parser().parse_args(argv)
     try:
         from neuron_torch.matrix import load_matrix
@@ -183,14 +191,14 @@ def main(argv: Sequence[str] | None = None) -> int:
             # Commands that fetch or print URLs see the mirrored release; render and check keep the release's own.
             args.mirror_settings = load_mirror(args.mirror) if args.mirror else mirror_from_env()
             if args.mirror_settings:
+                matrix = apply_mirror(matrix, args.mirror_settings)  # checked first: a refused mirror is one line
                 print(args.mirror_settings.describe(), file=sys.stderr)
-                matrix = apply_mirror(matrix, args.mirror_settings)
         handler: Handler = args.handler
         code = handler(args, matrix)
         sys.stdout.flush()  # here, so that a closed pipe is caught below and not at interpreter exit
         return code
     except NeuronTorchError as error:
-        print(f"neuron-torch: error: {with_options(str(error), args)}", file=sys.stderr)
+        print(f"neuron-torch: error: {clip(with_options(str(error), args))}", file=sys.stderr)
         return error.exit_code
     except BrokenPipeError:
         # The reader went away (`neuron-torch matrix | head -1`): stop quietly, as the Python docs recommend.

@@ -8,11 +8,13 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import re
 import shlex
 import sys
 from typing import TYPE_CHECKING
 
+from neuron_cell.boundary import quote
 from neuron_torch.errors import EXIT_FAILED, EXIT_OK, NeuronTorchError
 from neuron_torch.hints import with_options
 
@@ -91,7 +93,7 @@ def cmd_instance(args: argparse.Namespace, matrix: Matrix) -> int:
 
 def cmd_render(args: argparse.Namespace, matrix: Matrix) -> int:
     from neuron_torch.cellinfo import relative
-    from neuron_torch.render import stale_files, write_rendered
+    from neuron_torch.render import check_render_targets, stale_files, write_rendered
 
     if args.check:
         stale = stale_files(matrix)
@@ -103,6 +105,7 @@ def cmd_render(args: argparse.Namespace, matrix: Matrix) -> int:
             return EXIT_FAILED
         print("all generated files are up to date")
         return EXIT_OK
+    check_render_targets(matrix)
     changed = write_rendered(matrix)
     for path in changed:
         print(f"wrote {relative(path, matrix)}")
@@ -112,19 +115,21 @@ def cmd_render(args: argparse.Namespace, matrix: Matrix) -> int:
 
 def cmd_lock(args: argparse.Namespace, matrix: Matrix) -> int:
     from neuron_torch.cellinfo import relative
-    from neuron_torch.lock import lock_cell, seal_lock
+    from neuron_torch.lock import check_target, lock_cell, seal_lock
 
     cells = list(matrix.cells) if args.all else [matrix.cell(args.cell)]
     if args.out and len(cells) > 1:
         raise NeuronTorchError("--out names one file: use it with --cell, not --all")
+    if args.seal and (args.all or args.find_links):
+        raise NeuronTorchError("--seal FILE seals one lock: use it with --cell ID, without --all or --find-links")
     index_urls = dict(_parse_index(value) for value in args.index)
     ca_bundle = args.ca_bundle or (args.mirror_settings.ca_bundle if args.mirror_settings else None)
     if args.seal:
-        if args.all or args.find_links:
-            raise NeuronTorchError("--seal FILE seals one lock: use it with --cell ID, without --all or --find-links")
         path = seal_lock(matrix, cells[0], args.seal, index_urls=index_urls, ca_bundle=ca_bundle, out=args.out)
         print(f"sealed {cells[0].id} -> {relative(path, matrix)} (every hash is a file of its routed index)")
         return EXIT_OK
+    for cell in cells:  # every lock's destination, before the first resolution
+        check_target(args.out or cell.lock_path)
     for cell in cells:
         if not cell.os.wheels_available:
             print(f"warning: {cell.id}: {cell.os.wheels_note}", file=sys.stderr)
@@ -154,7 +159,7 @@ def cmd_check(args: argparse.Namespace, matrix: Matrix) -> int:
             gate_lock(matrix, cell, args.lock)
             print(f"{args.lock}: a sound, sealed lock of {args.cell}")
             return EXIT_OK
-        lock = read_lock(args.lock)
+        lock = read_lock(args.lock, cell.id)
         found = lock_problems(lock, matrix, cell)
         if not found and lock.sealed:
             print(f"{args.lock}: a sound, sealed lock of {args.cell}")
@@ -203,6 +208,8 @@ def cmd_manifest(args: argparse.Namespace, matrix: Matrix) -> int:
         vendored_manifest,
     )
 
+    if args.release is not None and not args.release.strip():
+        raise NeuronTorchError("--release names a Neuron release in the manifest (e.g. 2.33.0), not an empty string")
     path = args.file or vendored_manifest(matrix)
     data = read_manifest(path)
     release, packages = release_packages(data, path, args.release)
@@ -220,6 +227,10 @@ def cmd_build_image(args: argparse.Namespace, matrix: Matrix) -> int:
 
     mirror = args.mirror_settings
     cell = matrix.cell(args.cell)
+    if os.environ.get("DOCKER") and not args.dry_run:
+        from neuron_torch.files import check_executable
+
+        check_executable(os.environ["DOCKER"], "DOCKER")
     build = plan_image_build(
         matrix,
         cell,
@@ -244,10 +255,12 @@ def cmd_build_image(args: argparse.Namespace, matrix: Matrix) -> int:
 
 
 def _parse_index(value: str) -> tuple[str, str]:
+    from neuron_torch.urls import check_url
+
     name, sep, url = value.partition("=")
     if not sep or not name or not url:
-        raise NeuronTorchError(f"--index takes NAME=URL (e.g. neuron=https://mirror/neuron/simple), not {value!r}")
-    return name, url
+        raise NeuronTorchError(f"--index takes NAME=URL (e.g. neuron=https://mirror/neuron/simple), not {quote(value)}")
+    return name, check_url(url, f"--index {name}")
 
 
 def cmd_bundle(args: argparse.Namespace, matrix: Matrix) -> int:
@@ -268,6 +281,6 @@ def cmd_build_ami(args: argparse.Namespace, matrix: Matrix) -> int:
     for value in args.var:
         name, sep, _ = value.partition("=")
         if not sep or not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", name):
-            raise NeuronTorchError(f"--var takes NAME=VALUE (e.g. region=eu-west-1), not {value!r}")
+            raise NeuronTorchError(f"--var takes NAME=VALUE (e.g. region=eu-west-1), not {quote(value)}")
         extra.append(f"-var={value}")
     return build_ami(matrix, args.cell, only=args.only, packer=args.packer, extra=extra, lock=args.lock)

@@ -6,13 +6,20 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import tempfile
 from pathlib import Path
 
+from neuron_cell.boundary import quote
 from neuron_torch.errors import NeuronTorchError
+
+# The largest input file read: a release matrix, a manifest or a lock is well under a megabyte; anything near this is
+# not one (and reading it whole would only delay the message).
+MAX_INPUT_BYTES = 32 * 1024 * 1024
 
 
 def read_text(path: Path, what: str, fix: str) -> str:
     """The file's UTF-8 text; a usage error (exit 2) naming the path, the problem and the fix otherwise."""
+    _check_readable_size(path, what, fix)
     try:
         text = path.read_text(encoding="utf-8")
     except FileNotFoundError:
@@ -27,9 +34,24 @@ def read_text(path: Path, what: str, fix: str) -> str:
         ) from None
     except OSError as error:
         raise NeuronTorchError(f"{path}: cannot read the {what} ({error.strerror}); {fix}") from None
+    if "\x00" in text:
+        raise NeuronTorchError(f"{path}: the {what} holds NUL bytes, so it is not a text file; {fix}")
     if not text.strip():
         raise NeuronTorchError(f"{path}: the {what} is empty; {fix}")
     return text
+
+
+def _check_readable_size(path: Path, what: str, fix: str) -> None:
+    """Refuse, before reading, what is no regular file (a device, a pipe: /dev/zero never ends) or is too large."""
+    if not path.exists() or path.is_dir():
+        return  # read_text names these
+    if not path.is_file():
+        raise NeuronTorchError(f"{path}: is not a regular file, so not a {what}; {fix}")
+    size = path.stat().st_size
+    if size > MAX_INPUT_BYTES:
+        raise NeuronTorchError(
+            f"{path}: is {size / 1e6:.0f} MB, too large for a {what} (at most {MAX_INPUT_BYTES // 2**20} MiB); {fix}"
+        )
 
 
 def read_json(path: Path, what: str, fix: str) -> object:
@@ -58,8 +80,43 @@ def check_new_folder(out: Path, option: str = "--out") -> None:
         raise NeuronTorchError(f"{option} {out}: {blocker} is a file, so the folder cannot be made; name a new folder")
     if out.is_dir() and any(out.iterdir()):
         raise NeuronTorchError(f"{option} {out} is not empty; name a new folder")
-    if blocker is not None and not os.access(blocker, os.W_OK):
-        raise NeuronTorchError(f"{option} {out}: {blocker} is not writable; name a folder you can write")
+    if blocker is not None:
+        check_can_create_in(blocker, option, out)
+
+
+def check_output_file(path: Path, option: str) -> None:
+    """An output file must not be a folder, nor sit under a file, and its folder (or the nearest one that exists,
+    made when writing) must accept a new file. Checked before any work; nothing is left behind."""
+    if path.is_dir():
+        raise NeuronTorchError(f"{option} {path} is a folder; {option} names the file to write")
+    blocker = next((p for p in path.parents if p.exists()), Path("."))
+    if not blocker.is_dir():
+        raise NeuronTorchError(f"{option} {path}: {blocker} is a file, so {path} cannot be written there")
+    check_can_create_in(blocker, option, path)
+
+
+def check_can_create_in(folder: Path, option: str, target: Path) -> None:
+    """Create and remove a probe file in `folder`: the one test of writability that holds for root too (a read-only
+    mount, /sys, /proc refuse root; permission bits do not)."""
+    try:
+        fd, probe = tempfile.mkstemp(prefix=".neuron-torch-probe-", dir=folder)
+    except OSError as error:
+        raise NeuronTorchError(
+            f"{option} {target}: cannot write in {folder} ({error.strerror}); name a folder you can write"
+        ) from None
+    os.close(fd)
+    os.unlink(probe)
+
+
+def check_executable(value: str, variable: str) -> str:
+    """A program named by an environment variable must be an executable file (a name is looked up on PATH)."""
+    found = shutil.which(value)
+    if found is None:
+        raise NeuronTorchError(
+            f"${variable}={quote(value)}: no such executable (not a file with execute permission, nor a program on "
+            f"PATH); point ${variable} at the program, or unset it"
+        )
+    return found
 
 
 def publish_folder(staged: Path, out: Path) -> None:

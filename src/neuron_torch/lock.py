@@ -21,7 +21,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from neuron_torch.errors import EXIT_FAILED, NeuronTorchError
-from neuron_torch.files import check_ca_bundle
+from neuron_torch.files import check_ca_bundle, check_can_create_in, check_executable
 from neuron_torch.lockfile import Lock, LockedPackage, lock_problems, read_lock, render_lock
 from neuron_torch.matrix import Cell, Index, Matrix
 from neuron_torch.routing import IndexReader
@@ -36,7 +36,7 @@ _UV_HINT = (
 def find_uv() -> str:
     explicit = os.environ.get("NEURON_TORCH_UV")
     if explicit:
-        return explicit
+        return check_executable(explicit, "NEURON_TORCH_UV")
     found = shutil.which("uv")
     if found:
         return found
@@ -88,11 +88,20 @@ def project_file(matrix: Matrix, cell: Cell, indexes: tuple[Index, ...], offline
     )
 
 
+# What a find-links folder must hold for a resolver to find anything in it: wheels (or source archives).
+_DISTRIBUTIONS = ("*.whl", "*.tar.gz", "*.zip")
+
+
 def _check_inputs(ca_bundle: Path | None, find_links: Path | None) -> None:
     if ca_bundle is not None:
         check_ca_bundle(ca_bundle)
     if find_links is not None and not find_links.is_dir():
         raise NeuronTorchError(f"find-links folder {find_links} does not exist (or is not a folder)")
+    if find_links is not None and not any(next(find_links.glob(p), None) for p in _DISTRIBUTIONS):
+        raise NeuronTorchError(
+            f"find-links folder {find_links} holds no wheels (*.whl) or source archives; download the cell's "
+            "packages into it first (`pip download --dest DIR ...`), or lock from the indexes without --find-links"
+        )
 
 
 def lock_cell(
@@ -110,6 +119,8 @@ def lock_cell(
     check_target(target)
     indexes = routed_indexes(matrix, index_urls)
     _check_inputs(ca_bundle, find_links)
+    if resolver != "pip-tools":
+        find_uv()  # before any work: a missing uv (or a wrong $NEURON_TORCH_UV) is named first
     with tempfile.TemporaryDirectory(prefix="neuron-torch-lock-") as work_dir:
         work = Path(work_dir)
         if resolver == "pip-tools":
@@ -135,13 +146,19 @@ def seal_lock(
 ) -> Path:
     """Seal a lock made elsewhere (pip-compile --generate-hashes): check that every hash is a file of the package's
     routed index, then rewrite it in neuron-torch's format (metadata, index options, sources, seal)."""
-    lock = read_lock(path)
+    lock = read_lock(path, cell.id)
     target = out or path
     check_target(target)
     indexes = routed_indexes(matrix, index_urls)
     _check_inputs(ca_bundle, None)
     if lock.cell_id not in (None, cell.id):
         raise NeuronTorchError(f"{path} is the lock of {lock.cell_id}, not {cell.id}: pass --cell {lock.cell_id}")
+    offline = lock_problems(lock, matrix, cell)  # what the lock shows without any index: CUDA torch, pins
+    if offline:
+        raise NeuronTorchError(
+            f"{path} cannot be sealed for {cell.id} ({len(offline)} problem(s)):\n  " + "\n  ".join(offline),
+            EXIT_FAILED,
+        )
     packages = attribute_sources(matrix, indexes, lock.packages, IndexReader(ca_bundle))
     text = render_lock(matrix, cell, indexes, packages, resolver=lock.resolver or "pip-tools")
     with tempfile.TemporaryDirectory(prefix="neuron-torch-seal-") as work_dir:
@@ -161,9 +178,10 @@ def check_target(target: Path) -> None:
     """The lock's destination must be a file path whose folder can be made."""
     if target.is_dir():
         raise NeuronTorchError(f"{target} is a folder; --out names the lock file to write, e.g. {target}/lock.txt")
-    blocker = next((p for p in target.parents if p.exists()), None)
-    if blocker is not None and not blocker.is_dir():
+    blocker = next((p for p in target.parents if p.exists()), Path("."))
+    if not blocker.is_dir():
         raise NeuronTorchError(f"{blocker} is a file, so {target} cannot be written there; choose another --out")
+    check_can_create_in(blocker, "--out", target)
 
 
 def _write_checked(matrix: Matrix, cell: Cell, text: str, target: Path, work: Path) -> None:
@@ -254,14 +272,21 @@ def resolve_pip_tools(
 def _run_resolver(
     command: list[str], work: Path, env: dict[str, str], cell: Cell, indexes: tuple[Index, ...], tool: str
 ) -> None:
-    result = subprocess.run(command, cwd=work, env=env, capture_output=True, text=True)
+    try:
+        result = subprocess.run(command, cwd=work, env=env, capture_output=True, text=True)
+    except OSError as error:  # e.g. $NEURON_TORCH_UV names a file that is not a program
+        raise NeuronTorchError(f"could not run {tool} ({command[0]}): {error.strerror}") from None
     if result.returncode != 0:
         gap = "" if cell.os.wheels_available else f"Note: {cell.os.wheels_note}\n"
+        offline = "--find-links" in command
+        fix = (
+            "Check that the --find-links folder holds every package of the cell, for its Python and platform."
+            if offline
+            else f"Check that the indexes are reachable ({', '.join(i.url for i in indexes)}); behind a proxy "
+            "or a TLS-intercepting gateway pass --ca-bundle, or lock offline with --find-links DIR."
+        )
         raise NeuronTorchError(
-            f"could not lock {cell.id}: {tool} failed:\n{result.stderr.strip()}\n{gap}"
-            f"Check that the indexes are reachable ({', '.join(i.url for i in indexes)}); behind a proxy "
-            "or a TLS-intercepting gateway pass --ca-bundle, or lock offline with --find-links DIR.",
-            EXIT_FAILED,
+            f"could not lock {cell.id}: {tool} failed:\n{result.stderr.strip()[-2000:]}\n{gap}{fix}", EXIT_FAILED
         )
 
 

@@ -53,7 +53,8 @@ def load_matrix(path: Path | str | None = None, project: Path | None = None) -> 
     else:
         root = _layout_root(named)
     matrix_path = named or root / DEFAULT_MATRIX
-    text = read_text(matrix_path, "matrix file", "pass --matrix PATH (a release matrix, e.g. constraints/matrix.toml)")
+    option = "$NEURON_TORCH_MATRIX" if named is not None and not path else "--matrix PATH"
+    text = read_text(matrix_path, "matrix file", f"pass {option} (a release matrix, e.g. constraints/matrix.toml)")
     try:
         data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as error:

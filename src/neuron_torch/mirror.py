@@ -26,6 +26,7 @@ from neuron_torch.choices import MIRROR_ENV_VAR
 from neuron_torch.errors import NeuronTorchError
 from neuron_torch.files import check_ca_bundle, read_text
 from neuron_torch.matrix import Index, Matrix
+from neuron_torch.urls import INDEX_SCHEMES, PROXY_SCHEMES, check_url
 
 ENV_VAR = MIRROR_ENV_VAR
 _FINGERPRINT = re.compile(r"^[0-9A-F]{40}$")
@@ -92,6 +93,12 @@ def _str(data: Mapping[str, Any], key: str, where: str) -> str:
     return value
 
 
+def _url(data: Mapping[str, Any], key: str, where: str, schemes: tuple[str, ...] = INDEX_SCHEMES) -> str:
+    """A URL setting: empty when unset, else checked (check_url)."""
+    value = _str(data, key, where)
+    return check_url(value, f"{where} {key}", schemes) if value else ""
+
+
 def load_mirror(path: Path | str) -> Mirror:
     """Read mirror settings; relative CA paths are relative to the settings file."""
     source = Path(path)
@@ -126,14 +133,14 @@ def load_mirror(path: Path | str) -> Mirror:
         check_ca_bundle(ca_bundle)
     return Mirror(
         path=source,
-        apt_url=_str(apt, "url", f"{source} [apt]").rstrip("/"),
-        apt_key_url=_str(apt, "key_url", f"{source} [apt]"),
+        apt_url=_url(apt, "url", f"{source} [apt]").rstrip("/"),
+        apt_key_url=_url(apt, "key_url", f"{source} [apt]"),
         apt_key_fingerprint=fingerprint,
-        indexes={name: _str(indexes, name, f"{source} [indexes]") for name in indexes},
+        indexes={name: _url(indexes, name, f"{source} [indexes]") for name in indexes},
         ca_bundle=ca_bundle,
         proxy=Proxy(
-            http=_str(proxy, "http", f"{source} [proxy]"),
-            https=_str(proxy, "https", f"{source} [proxy]"),
+            http=_url(proxy, "http", f"{source} [proxy]", PROXY_SCHEMES),
+            https=_url(proxy, "https", f"{source} [proxy]", PROXY_SCHEMES),
             no_proxy=_str(proxy, "no_proxy", f"{source} [proxy]"),
         ),
         python_downloads_json_url=_str(python, "downloads_json_url", f"{source} [python]"),

@@ -12,9 +12,12 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from pathlib import Path
 
+from neuron_cell.boundary import quote
 from neuron_cell.lockgate import canonical_name, forbidden_reason
 from neuron_torch.errors import NeuronTorchError, UnsupportedError
 
+# An EC2 size: 48xlarge, 3xlarge, xlarge, large, metal, metal-48xl.
+_INSTANCE_SIZE = re.compile(r"(\d*x)?large|metal(-\d+xl)?")
 _CELL_ID = re.compile(r"^(?P<family>[^-]+)-py(?P<python>[^-]+)-(?P<os>.+)$")
 
 
@@ -238,7 +241,7 @@ class Matrix:
         match = _CELL_ID.match(cell_id)
         if not match:
             raise NeuronTorchError(
-                f"'{cell_id}' is not a cell id: the form is FAMILY-pyPYTHON-OS, e.g. {self.release.default_cell}. "
+                f"{quote(cell_id)} is not a cell id: the form is FAMILY-pyPYTHON-OS, e.g. {self.release.default_cell}. "
                 f"Supported cells: {', '.join(c.id for c in self.cells)}"
             )
         self.family(match["family"])
@@ -248,14 +251,15 @@ class Matrix:
             self.require_arch(arch)
         self.operating_system(match["os"])
         raise UnsupportedError(
-            f"cell '{cell_id}' is not in {self.release.name}. Supported cells: {', '.join(c.id for c in self.cells)}"
+            f"cell {quote(cell_id)} is not in {self.release.name}. "
+            f"Supported cells: {', '.join(c.id for c in self.cells)}"
         )
 
     def family(self, name: str) -> Family:
         if name in self.families:
             return self.families[name]
         raise UnsupportedError(
-            f"torch-neuronx family '{name}' is not in {self.release.name}; supported: "
+            f"torch-neuronx family {quote(name)} is not in {self.release.name}; supported: "
             + ", ".join(f"{f.name} (torch {f.torch}, torch-neuronx {f.torch_neuronx})" for f in self.families.values())
         )
 
@@ -266,7 +270,7 @@ class Matrix:
         reason = self.unsupported.python.get(python)
         if reason:
             raise UnsupportedError(f"Python {python} is not supported: {reason}. Supported: {supported}")
-        raise UnsupportedError(f"Python '{python}' is not in {self.release.name}. Supported: {supported}")
+        raise UnsupportedError(f"Python {quote(python)} is not in {self.release.name}. Supported: {supported}")
 
     def operating_system(self, os_id: str) -> OperatingSystem:
         supported = ", ".join(self.os)
@@ -275,7 +279,7 @@ class Matrix:
         reason = self.unsupported.os.get(os_id)
         if reason:
             raise UnsupportedError(f"{os_id} is not supported: {reason}. Supported: {supported}")
-        raise UnsupportedError(f"operating system '{os_id}' is not in {self.release.name}. Supported: {supported}")
+        raise UnsupportedError(f"operating system {quote(os_id)} is not in {self.release.name}. Supported: {supported}")
 
     def instance(self, instance_type: str) -> Instance:
         if instance_type in self.instances:
@@ -286,6 +290,12 @@ class Matrix:
         if reason:
             raise UnsupportedError(f"instance type {instance_type} is not supported: {reason}. Supported: {known}")
         if family in self.instance_families:
+            size = instance_type.partition(".")[2]
+            if not _INSTANCE_SIZE.fullmatch(size):
+                raise UnsupportedError(
+                    f"instance type {quote(instance_type)}: {quote(size)} is not an EC2 instance size (such as "
+                    f"48xlarge, 3xlarge or metal); known types: {known}"
+                )
             # A size the release does not list (e.g. trn3.3xlarge): its family is supported, its device count unknown.
             note = f"{instance_type} is not listed in {self.release.name}: its device count is not documented there"
             return Instance(instance_type, family, 0, 0, note)

@@ -13,6 +13,7 @@ from pathlib import Path
 
 from neuron_torch.cellinfo import caveats, cell_record
 from neuron_torch.errors import NeuronTorchError
+from neuron_torch.files import check_output_file
 from neuron_torch.generated import banner, header, is_release_matrix
 from neuron_torch.matrix import Matrix
 from neuron_torch.render_ansible import ansible_vars
@@ -110,6 +111,14 @@ def stale_files(matrix: Matrix) -> list[Path]:
     return stale
 
 
+def check_render_targets(matrix: Matrix) -> None:
+    """Before anything is written: every generated file that would change can be written (no folder in its place, its
+    folder writable), so a read-only checkout is named at once and not after half the files."""
+    for path, content in rendered(matrix).items():
+        if not (path.is_file() and path.read_text(encoding="utf-8") == content):
+            check_output_file(path, "render:")
+
+
 def write_rendered(matrix: Matrix) -> list[Path]:
     """Write every generated file and remove generated files no cell needs any more; return what changed."""
     files = rendered(matrix)
@@ -123,7 +132,10 @@ def write_rendered(matrix: Matrix) -> list[Path]:
             continue
         path.parent.mkdir(parents=True, exist_ok=True)
         staged = path.with_name(f".{path.name}.tmp")
-        staged.write_text(content, encoding="utf-8")
-        staged.replace(path)
+        try:
+            staged.write_text(content, encoding="utf-8")
+            staged.replace(path)
+        finally:
+            staged.unlink(missing_ok=True)
         changed.append(path)
     return changed

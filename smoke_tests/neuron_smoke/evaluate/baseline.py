@@ -99,13 +99,23 @@ def load(path: Path) -> Baseline:
         raise UsageError(f"--baseline {path}: unreadable index.json ({exc}); record the baseline again") from exc
     if index.get("schema") != BASELINE_SCHEMA:
         raise UsageError(f"--baseline {path}: schema {index.get('schema')!r}, expected {BASELINE_SCHEMA!r}")
-    if index.get("format") == "safetensors":
-        if st is None:
-            raise UsageError(
-                f"--baseline {path}: stored with safetensors, which is not installed here; "
-                "pip install safetensors (the neuron-torch `eval` extra)"
-            )
-        values = st.load_file(str(path / "tensors.safetensors"))
-    else:
-        values = torch.load(path / "tensors.pt", weights_only=True)
+    if index.get("format") == "safetensors" and st is None:
+        raise UsageError(
+            f"--baseline {path}: stored with safetensors, which is not installed here; "
+            "pip install safetensors (the neuron-torch `eval` extra)"
+        )
+    try:
+        values = _values(path, index.get("format"))
+    except Exception as exc:
+        first = (str(exc).strip().splitlines() or [""])[0][:200]
+        raise UsageError(
+            f"--baseline {path}: cannot read its tensors ({type(exc).__name__}: {first}); record it again"
+        ) from None
     return Baseline(path=path, index=index, values=values)
+
+
+def _values(path: Path, stored: object) -> dict[str, torch.Tensor]:
+    if stored == "safetensors":
+        values: dict[str, torch.Tensor] = st.load_file(str(path / "tensors.safetensors"))
+        return values
+    return dict(torch.load(path / "tensors.pt", weights_only=True))

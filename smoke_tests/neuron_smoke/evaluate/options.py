@@ -41,20 +41,16 @@ def evaluation_requested(args: argparse.Namespace) -> bool:
 
 def run_evaluation(options: Options, args: argparse.Namespace) -> int:
     from neuron_smoke import models
-    from neuron_smoke.evaluate import sweep
     from neuron_smoke.evaluate.run import EvalOptions, evaluate
+    from neuron_smoke.evaluate.shapes import parse_shapes
     from neuron_smoke.evaluate.tensors import DEFAULT_FULL_LIMIT
 
     try:
-        if args.record and args.baseline:
-            raise UsageError("--record and --baseline: record a baseline first, then compare in a second run")
-        if options.model is None:
-            raise UsageError("--record/--baseline/--shapes need --model PACKAGE.MODULE:FACTORY")
-        opts = EvalOptions(
+        opts = EvalOptions(  # the options were checked before torch was imported (validate.check_evaluation)
             device=options.device,
             record=args.record,
             baseline=args.baseline,
-            shapes=sweep.parse_shapes(args.shapes) if args.shapes else None,
+            shapes=parse_shapes(args.shapes) if args.shapes else None,
             out_dir=args.eval_report,
             report=args.report,
             rtol=options.model_rtol or EVAL_RTOL,

@@ -25,21 +25,6 @@ from neuron_smoke.evaluate.capture import move
 RECOMPILE_LIMIT = 64
 
 
-def parse_shapes(text: str) -> list[tuple[int, ...]]:
-    shapes = []
-    for item in (s.strip() for s in text.split(",") if s.strip()):
-        try:
-            shape = tuple(int(d) for d in item.lower().split("x"))
-        except ValueError:
-            raise UsageError(f"--shapes: {item!r} is not a shape like 8x128 (dimensions joined by x)") from None
-        if not shape or any(d <= 0 for d in shape):
-            raise UsageError(f"--shapes: {item!r} has a dimension <= 0")
-        shapes.append(shape)
-    if not shapes:
-        raise UsageError("--shapes: give at least one shape, e.g. 1x128,8x128")
-    return shapes
-
-
 # A model's example inputs: positional arguments and keyword arguments (ModelSpec.args, ModelSpec.kwargs).
 Example = tuple[tuple[Any, ...], dict[str, Any]]
 

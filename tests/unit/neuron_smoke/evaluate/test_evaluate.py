@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 import torch
 from neuron_smoke.errors import UsageError
-from neuron_smoke.evaluate import baseline, compare, identity, inventory, readiness, sweep, tensors
+from neuron_smoke.evaluate import baseline, compare, identity, inventory, readiness, shapes, sweep, tensors
 from neuron_smoke.examples import mlp
 from neuron_smoke.models import ModelSpec
 from torch import nn
@@ -155,7 +155,7 @@ def test_buckets_say_when_padding_saves_compiles() -> None:
 )
 def test_bad_shapes_are_usage_errors(text: str, message: str) -> None:
     with pytest.raises(UsageError, match=message):
-        sweep.parse_shapes(text)
+        shapes.parse_shapes(text)
 
 
 def test_a_shape_of_the_wrong_rank_is_refused() -> None:

@@ -1,0 +1,131 @@
+"""verify-device's file arguments, checked before torch is imported: every output path can be written (a folder is
+not given where a file is expected, nor the reverse), and every input file is what it claims to be. Nothing is left
+behind by a check."""
+
+from __future__ import annotations
+
+import json
+import os
+import struct
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from neuron_cell.boundary import quote
+from neuron_smoke.errors import UsageError
+
+MAX_INPUT_BYTES = 32 * 1024 * 1024  # a cell file or a baseline index is a few kilobytes
+
+
+def _nearest_existing(path: Path) -> Path:
+    return next((p for p in path.parents if p.exists()), Path("."))
+
+
+def can_create_in(folder: Path, option: str, target: Path) -> None:
+    """Create and remove a probe file in `folder`: the test of writability that holds for root too (a read-only
+    mount, /sys and /proc refuse root; permission bits do not)."""
+    try:
+        fd, probe = tempfile.mkstemp(prefix=".verify-device-probe-", dir=folder)
+    except OSError as error:
+        raise UsageError(
+            f"{option} {target}: cannot write in {folder} ({error.strerror}); name a folder you can write"
+        ) from None
+    os.close(fd)
+    os.unlink(probe)
+
+
+def output_file(path: Path, option: str) -> None:
+    """A file to write (its missing folders are made when it is written)."""
+    if path.is_dir():
+        raise UsageError(f"{option} {path} is a folder; {option} names the file to write, e.g. {path}/report.json")
+    blocker = _nearest_existing(path)
+    if not blocker.is_dir():
+        raise UsageError(f"{option} {path}: {blocker} is a file, so {path} cannot be written there")
+    can_create_in(blocker, option, path)
+
+
+def output_folder(path: Path, option: str) -> None:
+    """A folder to write into (made when missing)."""
+    if path.exists() and not path.is_dir():
+        raise UsageError(f"{option} {path} is a file; {option} names a folder")
+    blocker = path if path.is_dir() else _nearest_existing(path)
+    if not blocker.is_dir():
+        raise UsageError(f"{option} {path}: {blocker} is a file, so the folder cannot be made there")
+    can_create_in(blocker, option, path)
+
+
+def read_text(path: Path, what: str) -> str:
+    """A small UTF-8 text file; a usage error naming the problem otherwise."""
+    try:
+        if path.exists() and not path.is_dir() and not path.is_file():
+            raise UsageError(f"{what} {path}: is not a regular file")
+        if path.is_file() and path.stat().st_size > MAX_INPUT_BYTES:
+            raise UsageError(f"{what} {path}: is {path.stat().st_size / 1e6:.0f} MB, not a {what}")
+        text = path.read_text(encoding="utf-8")
+    except UnicodeDecodeError as error:
+        raise UsageError(f"{what} {path}: not UTF-8 text ({error.reason} at byte {error.start})") from None
+    except IsADirectoryError:
+        raise UsageError(f"{what} {path}: is a folder, not a file") from None
+    except OSError as error:
+        raise UsageError(f"cannot read {what} {path}: {error.strerror}") from None
+    if "\x00" in text:
+        raise UsageError(f"{what} {path}: holds NUL bytes, so it is not a text file")
+    return text
+
+
+def read_json(path: Path, what: str) -> Any:
+    try:
+        return json.loads(read_text(path, what))
+    except json.JSONDecodeError as error:
+        raise UsageError(f"{what} {path}: not JSON ({error})") from None
+
+
+def check_safetensors(path: Path, option: str) -> None:
+    """The structure of a safetensors file (an 8-byte header length, a JSON header, the data it indexes), read without
+    torch: a truncated or foreign file is named before the model is loaded."""
+    fix = "record the baseline again"
+    try:
+        with path.open("rb") as f:
+            head = f.read(8)
+            size = path.stat().st_size
+            length = struct.unpack("<Q", head)[0] if len(head) == 8 else -1
+            if not 0 < length <= min(size - 8, 100_000_000):
+                raise UsageError(f"{option}: {path} is no safetensors file (bad header length); {fix}")
+            header = json.loads(f.read(length))
+    except OSError as error:
+        raise UsageError(f"{option}: cannot read {path} ({error.strerror}); {fix}") from None
+    except (UnicodeDecodeError, json.JSONDecodeError):
+        raise UsageError(f"{option}: {path} is no safetensors file (its header is not JSON); {fix}") from None
+    if not isinstance(header, dict):
+        raise UsageError(f"{option}: {path} is no safetensors file (its header is not an object); {fix}")
+    needed = 8 + length + max((_data_end(name, entry, path, option) for name, entry in header.items()), default=0)
+    if size < needed:
+        raise UsageError(f"{option}: {path} is truncated ({size} of {needed} bytes); {fix}")
+
+
+def _data_end(name: str, entry: object, path: Path, option: str) -> int:
+    """Where a header entry's data ends (0 for the metadata)."""
+    if name == "__metadata__":
+        return 0
+    offsets = entry.get("data_offsets") if isinstance(entry, dict) else None
+    if not (isinstance(offsets, list) and len(offsets) == 2 and all(isinstance(o, int) for o in offsets)):
+        raise UsageError(f"{option}: {path}: tensor {quote(name)} has no data offsets; record the baseline again")
+    return int(offsets[1])
+
+
+def check_baseline(path: Path) -> None:
+    """--baseline DIR: an index.json of the expected schema and complete tensors, before torch is imported."""
+    from neuron_smoke.evaluate import BASELINE_SCHEMA
+
+    index_file = path / "index.json"
+    if not index_file.is_file():
+        raise UsageError(f"--baseline {path}: no index.json there; record one with --record {path}")
+    index = read_json(index_file, "baseline index")
+    if not isinstance(index, dict) or index.get("schema") != BASELINE_SCHEMA:
+        found = quote(index.get("schema")) if isinstance(index, dict) else "not a JSON object"
+        raise UsageError(f"--baseline {path}: index.json schema {found}, expected {BASELINE_SCHEMA!r}")
+    tensors = path / ("tensors.safetensors" if index.get("format") == "safetensors" else "tensors.pt")
+    if not tensors.is_file():
+        raise UsageError(f"--baseline {path}: {tensors.name} is missing; record the baseline again")
+    if tensors.suffix == ".safetensors":
+        check_safetensors(tensors, f"--baseline {path}")

@@ -1,0 +1,65 @@
+"""What verify-device checks after parsing its options and before importing torch: the environment variables it
+reads (like flags), every output path (writable, a file where a file is meant), and the evaluation's inputs."""
+
+from __future__ import annotations
+
+import argparse
+import os
+
+from neuron_cell.boundary import quote
+from neuron_smoke import paths
+from neuron_smoke.errors import UsageError
+
+DEVICES = ("neuron", "cuda", "cpu", "auto")
+# The switches read as "0" or "1" (empty: unset).
+SWITCHES = {"NEURON_SMOKE_IMDS": "0 turns the IMDS lookup off", "NEURON_SMOKE_CONTAINER": "1 or 0 forces it"}
+
+
+def device(args: argparse.Namespace) -> str:
+    """--device, else $NEURON_SMOKE_DEVICE, else neuron; the variable is checked as the flag is."""
+    if args.device:
+        return str(args.device)
+    value = os.environ.get("NEURON_SMOKE_DEVICE", "").strip()
+    if value and value not in DEVICES:
+        raise UsageError(f"NEURON_SMOKE_DEVICE={quote(value)}: must be one of {', '.join(DEVICES)} (or unset)")
+    return value or "neuron"
+
+
+def check_environment() -> None:
+    for name, meaning in SWITCHES.items():
+        value = os.environ.get(name, "").strip()
+        if value not in ("", "0", "1"):
+            raise UsageError(f"{name}={quote(value)}: must be 0 or 1 ({meaning}), or unset")
+
+
+def check_outputs(args: argparse.Namespace) -> None:
+    for option, path in (("--report", args.report), ("--junit", args.junit)):
+        if path is not None:
+            paths.output_file(path, option)
+    if args.report is not None and args.report == args.junit:
+        raise UsageError(f"--report and --junit both name {args.report}; give each its own file")
+    for option, path in (("--record", args.record), ("--eval-report", args.eval_report)):
+        if path is not None:
+            paths.output_folder(path, option)
+    record = args.record
+    if record is not None and record.is_dir() and any(record.iterdir()) and not (record / "index.json").is_file():
+        raise UsageError(f"--record {record}: exists and is not a baseline directory; choose a new directory")
+
+
+def check_evaluation(args: argparse.Namespace) -> None:
+    """The evaluation's own rules, before torch: one of --record/--baseline, a model, a baseline that is whole."""
+    from neuron_smoke.evaluate.options import evaluation_requested
+    from neuron_smoke.evaluate.shapes import parse_shapes
+
+    if not evaluation_requested(args):
+        if args.eval_report is not None:
+            raise UsageError("--eval-report DIR goes with --record, --baseline or --shapes (the model evaluation)")
+        return
+    if args.record and args.baseline:
+        raise UsageError("--record and --baseline: record a baseline first, then compare in a second run")
+    if args.model is None:
+        raise UsageError("--record/--baseline/--shapes need --model PACKAGE.MODULE:FACTORY")
+    if args.shapes:
+        parse_shapes(args.shapes)
+    if args.baseline:
+        paths.check_baseline(args.baseline)
