@@ -1,0 +1,65 @@
+"""neuron_smoke.validate: the environment variables verify-device reads are checked like flags, the outputs before any
+work, and the evaluation's rules before torch."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+import pytest
+from neuron_smoke import validate
+from neuron_smoke.errors import UsageError
+
+
+def namespace(**given: object) -> argparse.Namespace:
+    base: dict[str, object] = {
+        "device": None, "report": None, "junit": None, "record": None, "eval_report": None, "baseline": None,
+        "shapes": None, "model": None,
+    }  # fmt: skip
+    return argparse.Namespace(**{**base, **given})
+
+
+def test_the_device_flag_wins_then_the_variable_then_neuron(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("NEURON_SMOKE_DEVICE", raising=False)
+    assert validate.device(namespace()) == "neuron"
+    monkeypatch.setenv("NEURON_SMOKE_DEVICE", "cpu")
+    assert validate.device(namespace()) == "cpu"
+    assert validate.device(namespace(device="cuda")) == "cuda"
+    monkeypatch.setenv("NEURON_SMOKE_DEVICE", "garbage")
+    with pytest.raises(UsageError, match=r"NEURON_SMOKE_DEVICE='garbage': must be one of neuron, cuda, cpu, auto"):
+        validate.device(namespace())
+
+
+def test_the_switches_take_0_1_or_nothing(monkeypatch: pytest.MonkeyPatch) -> None:
+    for name in validate.SWITCHES:
+        monkeypatch.setenv(name, "1")
+    validate.check_environment()
+    monkeypatch.setenv("NEURON_SMOKE_IMDS", "yes")
+    with pytest.raises(UsageError, match=r"NEURON_SMOKE_IMDS='yes': must be 0 or 1"):
+        validate.check_environment()
+
+
+def test_report_and_junit_need_files_of_their_own(tmp_path: Path) -> None:
+    validate.check_outputs(namespace(report=tmp_path / "r.json", junit=tmp_path / "r.xml"))
+    with pytest.raises(UsageError, match="both name"):
+        validate.check_outputs(namespace(report=tmp_path / "r.json", junit=tmp_path / "r.json"))
+
+
+def test_a_record_folder_that_holds_something_else_is_refused(tmp_path: Path) -> None:
+    (tmp_path / "stranger.txt").write_text("not a baseline")
+    with pytest.raises(UsageError, match="exists and is not a baseline directory"):
+        validate.check_outputs(namespace(record=tmp_path))
+    (tmp_path / "index.json").write_text("{}")  # a baseline directory: recorded again in place
+    validate.check_outputs(namespace(record=tmp_path))
+
+
+def test_the_evaluations_rules(tmp_path: Path) -> None:
+    validate.check_evaluation(namespace())
+    with pytest.raises(UsageError, match="--eval-report DIR goes with --record"):
+        validate.check_evaluation(namespace(eval_report=tmp_path))
+    with pytest.raises(UsageError, match="record a baseline first"):
+        validate.check_evaluation(namespace(record=tmp_path / "a", baseline=tmp_path / "b", model="m:f"))
+    with pytest.raises(UsageError, match="need --model"):
+        validate.check_evaluation(namespace(record=tmp_path / "a"))
+    with pytest.raises(UsageError, match="--shapes: 'x' is not a shape"):
+        validate.check_evaluation(namespace(shapes="x", model="m:f"))
