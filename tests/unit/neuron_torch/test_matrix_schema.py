@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import copy
 import tomllib
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -39,7 +40,7 @@ def test_reader_values_are_typed_and_errors_name_the_dotted_key() -> None:
     assert r.table(data, "t") == {"x": "y"} and r.str_map(data, "t") == {"x": "y"}
     assert r.text({}, "missing", default="fallback") == "fallback" and r.optional({}, "missing") == ""
     assert r.python("3.12", "k") == "3.12" and r.route({"r": "distro"}, "r") == PythonRoute.DISTRO
-    cases = [
+    cases: list[tuple[Callable[[], object], str]] = [
         (lambda: r.table({}, "t", "top."), "top.t: missing table"),
         (lambda: r.table({"t": 1}, "t"), "t: must be a table, not int"),
         (lambda: r.text({"k": 1}, "k", "a."), "a.k: must be a string, not int 1"),

@@ -32,7 +32,8 @@ def test_cell_paths_pins_and_routes_follow_its_id(matrix: Matrix) -> None:
 
 
 def test_enums_compare_and_serialise_as_their_toml_spelling() -> None:
-    assert PythonRoute("uv-standalone") is PythonRoute.UV_STANDALONE and PythonRoute.DISTRO == "distro"
+    distro: str = PythonRoute.DISTRO
+    assert PythonRoute("uv-standalone") is PythonRoute.UV_STANDALONE and distro == "distro"
     assert json.dumps({"route": PythonRoute.UV_STANDALONE, "scope": AptScope.HOST}) == (
         '{"route": "uv-standalone", "scope": "host"}'
     )

@@ -1,13 +1,13 @@
-"""Unit tests of neuron_torch.render_ansible: where each matrix's Ansible vars go, and that the rendered vars (read
-back as YAML) hold the matrix's versions, cells, caveats and refusal messages."""
+"""Unit tests of neuron_torch.render_ansible: where each matrix's Ansible vars go, and that the rendered vars (a YAML
+document whose body is JSON) hold the matrix's versions, cells, caveats and refusal messages."""
 
 from __future__ import annotations
 
+import json
 import shutil
 from pathlib import Path
 
 import pytest
-import yaml
 
 from neuron_torch.cellinfo import caveats, cell_record
 from neuron_torch.errors import UnsupportedError
@@ -32,10 +32,11 @@ def test_the_release_renders_into_ansible_vars_and_others_beside_their_generated
     assert list(ansible_vars(test_release)) == [test_release.generated_dir / "ansible-release.yml"]
 
 
-def test_rendered_vars_are_yaml_holding_the_matrix(test_release: Matrix) -> None:
+def test_rendered_vars_are_a_yaml_document_holding_the_matrix(test_release: Matrix) -> None:
     [text] = ansible_vars(test_release).values()
-    assert text.startswith("---\n" + header(test_release))
-    data = yaml.safe_load(text)
+    start = "---\n" + header(test_release)
+    assert text.startswith(start) and text.endswith("}\n")
+    data = json.loads(text.removeprefix(start))  # JSON is YAML: the body after the document marker and banner
     assert data == ansible_data(test_release)
     release = data["neuron_release"]
     assert release["matrix"] == "constraints/test-matrix.toml" and release["name"] == test_release.release.name
