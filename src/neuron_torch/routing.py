@@ -43,10 +43,12 @@ class IndexReader:
             try:
                 with self.opener.open(url, timeout=120) as response:
                     page = response.read().decode("utf-8", "replace")
-            except FileNotFoundError:
-                page = ""
             except OSError as error:
-                if getattr(error, "code", None) == 404:
+                # A page the index does not have: HTTP's 404, or a file:// index's missing file (urllib wraps that
+                # FileNotFoundError in a URLError, whose reason is it).
+                if getattr(error, "code", None) == 404 or isinstance(
+                    getattr(error, "reason", error), FileNotFoundError
+                ):
                     page = ""
                 else:
                     raise NeuronTorchError(

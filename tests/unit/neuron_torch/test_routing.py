@@ -65,12 +65,5 @@ def test_an_http_404_means_no_files_and_other_errors_name_the_page(monkeypatch: 
         reader.hashes(index, "numpy")
 
 
-@pytest.mark.xfail(
-    reason="routing.IndexReader.hashes: urllib's file:// handler wraps a missing page's FileNotFoundError in a "
-    "URLError (code None), so the `except FileNotFoundError` branch never runs and a project that a local index "
-    "does not list raises 'cannot read ... Check that the index is reachable' instead of giving no hashes (which "
-    "lock.attribute_sources turns into 'N of its hashes are no file of the index')",
-    strict=True,
-)
 def test_a_project_the_local_index_does_not_list_has_no_hashes(tmp_path: Path) -> None:
     assert IndexReader().hashes(_index(tmp_path), "numpy") == set()
