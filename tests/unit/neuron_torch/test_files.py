@@ -5,6 +5,7 @@ certificate; an output folder must be new or empty and writable; publishing move
 from __future__ import annotations
 
 import errno
+import os
 from collections.abc import Callable
 from pathlib import Path
 
@@ -106,7 +107,7 @@ def test_an_output_folder_that_cannot_be_used_is_refused(tmp_path: Path, monkeyp
         f"--bundle {under}: {tmp_path / 'a-file'} is a file, so the folder cannot be made; name a new folder"
     )
     assert refusal(files.check_new_folder, tmp_path / "full").endswith("is not empty; name a new folder")
-    monkeypatch.setattr(files.os, "access", lambda path, mode: False)
+    monkeypatch.setattr(os, "access", lambda path, mode: False)
     assert refusal(files.check_new_folder, tmp_path / "new") == (
         f"--out {tmp_path / 'new'}: {tmp_path} is not writable; name a folder you can write"
     )

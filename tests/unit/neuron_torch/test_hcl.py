@@ -12,7 +12,8 @@ from neuron_torch.hcl import hcl_string, hcl_value
 
 def unescape_hcl(quoted: str) -> str:
     """What HCL reads from a quoted string: JSON's escapes, then `$${` -> `${` and `%%{` -> `%{`."""
-    return json.loads(quoted.replace("$${", "${").replace("%%{", "%{"))
+    read: str = json.loads(quoted.replace("$${", "${").replace("%%{", "%{"))
+    return read
 
 
 @pytest.mark.parametrize(

@@ -72,7 +72,7 @@ def cell(matrix: Matrix) -> Cell:
 @pytest.fixture
 def resolver(monkeypatch: pytest.MonkeyPatch, matrix: Matrix, cell: Cell) -> FakeResolver:
     fake = FakeResolver(resolved_text(matrix, cell))
-    monkeypatch.setattr(locking.subprocess, "run", fake)
+    monkeypatch.setattr(subprocess, "run", fake)
     monkeypatch.setenv("NEURON_TORCH_UV", "/opt/uv/bin/uv")
     return fake
 
@@ -299,9 +299,9 @@ def test_pip_compile_needs_the_cells_python(tmp_path: Path, monkeypatch: pytest.
     same = next((c for c in test_release.cells if c.python == running), None)
     if same is None:
         pytest.skip(f"the test release has no cell of the running Python {running}")
-    monkeypatch.setattr(locking.subprocess, "run", lambda command, **kw: subprocess.CompletedProcess(command, 0))
+    monkeypatch.setattr(subprocess, "run", lambda command, **kw: subprocess.CompletedProcess(command, 0))
     assert locking.find_pip_compile_python(same) == sys.executable
-    monkeypatch.setattr(locking.subprocess, "run", lambda command, **kw: subprocess.CompletedProcess(command, 1))
+    monkeypatch.setattr(subprocess, "run", lambda command, **kw: subprocess.CompletedProcess(command, 1))
     with pytest.raises(NeuronTorchError, match="with pip-tools was found"):
         locking.find_pip_compile_python(same)
 
