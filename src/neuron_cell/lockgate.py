@@ -22,7 +22,10 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 SEAL_TITLE = "# neuron-torch seal: sha256 of each package's pin and hashes; `neuron-torch check` verifies it."
-_REQUIREMENT = re.compile(r"^(?P<name>[A-Za-z0-9][A-Za-z0-9._-]*)(?P<op>[=<>!~]=?=?)(?P<version>\S+)\s*(?P<rest>.*)$")
+# name, operator, version (up to a space or the `;` of a marker: `jinja2==3.1.6; python_version...` is PEP 508), rest
+_REQUIREMENT = re.compile(
+    r"^(?P<name>[A-Za-z0-9][A-Za-z0-9._-]*)(?P<op>[=<>!~]=?=?)(?P<version>[^\s;]+)\s*(?P<rest>.*)$"
+)
 _HASH = re.compile(r"--hash=(?P<algo>sha256):(?P<digest>\S+)")
 _META = re.compile(r"^# (?P<key>release|cell|offline|resolver|index (?P<index>[\w.-]+)): (?P<value>.+)$")
 _SEAL = re.compile(r"^# seal (?P<pin>\S+) (?P<digest>[0-9a-f]{16})$")

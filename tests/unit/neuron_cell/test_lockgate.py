@@ -116,11 +116,6 @@ def test_an_unreadable_line_is_named(text: str, problem: str) -> None:
     assert str(raised.value) == problem
 
 
-@pytest.mark.xfail(
-    reason="bug: a PEP 508 marker written without a space before ';' (`jinja2==3.1.6; python_version...`) is read "
-    "as part of the version ('3.1.6;') by _REQUIREMENT's `(?P<version>\\S+)`",
-    strict=True,
-)
 def test_a_marker_without_a_space_is_not_part_of_the_version() -> None:
     package = parse_lock(f'jinja2==3.1.6; python_version >= "3.11" --hash=sha256:{digest("j")}\n', WHERE).packages[0]
     assert package.version == "3.1.6"
