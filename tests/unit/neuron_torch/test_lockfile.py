@@ -160,7 +160,7 @@ def test_the_gate_refuses_naming_the_problems_and_the_fix(tmp_path: Path, matrix
 @pytest.mark.parametrize(
     ("content", "problem"),
     [
-        (None, "no such lock; create it with `neuron-torch lock --cell CELL`"),
+        (None, "no such lock; create it with `neuron-torch lock` with the cell's id"),
         ("\n", "the lock is empty"),
         ("torch==2.14.0 \\\n!!\n", "cannot read the requirement line '!!'"),
     ],
@@ -173,3 +173,9 @@ def test_read_lock_refuses_with_a_usage_error(tmp_path: Path, content: str | Non
     with pytest.raises(NeuronTorchError) as raised:
         read_lock(path)
     assert str(raised.value).startswith(f"{path}: {problem}") and raised.value.exit_code == 2
+    assert "CELL" not in str(raised.value)  # the hint never prints a placeholder
+
+
+def test_the_missing_locks_hint_names_the_cell_when_known(tmp_path: Path) -> None:
+    with pytest.raises(NeuronTorchError, match=r"create it with `neuron-torch lock --cell 2\.14-py3\.13-x`"):
+        read_lock(tmp_path / "lock.txt", "2.14-py3.13-x")
