@@ -52,12 +52,12 @@ def test_compiled_off_eager_beyond_the_bound_fails() -> None:
     ctx = _ctx()
     step = _step()
     ctx.shared["model_rtol"] = 1e-3  # stage 4's float32 bound
-    ctx.shared["compiled_step"] = CompiledStep(lambda x: step.model(x) * 1.01, step.model, step.args, {}, "s", 1.0)
+    ctx.shared["compiled_step"] = CompiledStep(lambda x: step.model(x) * 1.002, step.model, step.args, {}, "s", 1.0)
     log = StageLog()
     stage_compile.run(ctx, log)
     assert len(log.failures) == 1 and "differs from eager" in log.failures[0] and "rtol 0.001" in log.failures[0]
-    assert log.numbers["max_normwise_err_vs_eager"] == pytest.approx(0.01, rel=1e-3)
-    within = _ctx(model_rtol=0.05)  # --model-rtol widens the bound
+    assert log.numbers["max_normwise_err_vs_eager"] == pytest.approx(0.002, rel=1e-2)  # twice the bound
+    within = _ctx(model_rtol=0.005)  # --model-rtol widens the bound
     within.shared["compiled_step"] = ctx.shared["compiled_step"]
     again = StageLog()
     stage_compile.run(within, again)

@@ -4,6 +4,7 @@ instance type (from the backends' tables, which neuron_instances.json renders fr
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import subprocess
 from pathlib import Path
@@ -71,6 +72,19 @@ def test_a_node_this_user_may_not_open_is_a_permission_problem(tmp_path: Path, m
     assert failure == stage_device.permission_help(nodes[1])
     assert nodes[1] in failure and "mode 0640" in failure and f"gid {os.stat(nodes[1]).st_gid}" in failure
     assert "permission problem" in failure
+
+
+def test_torch_without_a_device_is_a_missing_device(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    _nodes(tmp_path, monkeypatch, 1)
+    monkeypatch.setattr(cores, "error", lambda: "")
+    monkeypatch.setattr(stage_device, "have_tool", lambda name: None)
+    log = StageLog()
+    stage_device.run(_ctx(), log)  # torch_neuronx is not installed here
+    assert len(log.failures) == 1 and log.failures[0].startswith(f"cannot import {NEURON.module}: ")
+    monkeypatch.setattr(torch.accelerator, "device_count", lambda: 0)
+    importable = dataclasses.replace(NEURON, module=None)
+    with pytest.raises(DeviceMissing, match="torch reports 0 devices"):
+        stage_device.run(_ctx(importable), StageLog())
 
 
 def _neuron_ls(monkeypatch: pytest.MonkeyPatch, returncode: int = 0, stdout: str = "", timeout: bool = False) -> None:

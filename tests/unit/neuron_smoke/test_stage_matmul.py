@@ -36,6 +36,7 @@ def test_inputs_are_seeded_and_only_mm_has_no_bias() -> None:
     assert bias is not None and bias.shape == (3,) and again[2] is not None
     assert torch.equal(a, again[0]) and torch.equal(b, again[1]) and torch.equal(bias, again[2])
     assert stage_matmul.make_inputs(Case("mm", (5, 7, 3), torch.float32, 9))[2] is None
+    assert stage_matmul.make_inputs(Case("linear", (5, 7, 3), torch.float32, 9))[2] is not None  # as nn.Linear runs
 
 
 @pytest.mark.parametrize("op", ["mm", "addmm", "linear"])
