@@ -1,0 +1,134 @@
+"""models.py: the default model (seeded, causal), the default loss, and loading a `--model` factory: what each
+accepted shape of inputs becomes, and the usage errors for factories that cannot be run."""
+
+from __future__ import annotations
+
+import sys
+import types
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+import torch
+from neuron_smoke import models
+from neuron_smoke.errors import UsageError
+from torch import nn
+
+
+def _factory(monkeypatch: pytest.MonkeyPatch, factory: Callable[[], Any], name: str = "unit_factory") -> str:
+    module = types.ModuleType(name)
+    module.make = factory  # type: ignore[attr-defined]
+    monkeypatch.setitem(sys.modules, name, module)
+    return f"{name}:make"
+
+
+class Pair(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.lin = nn.Linear(3, 2)
+
+    def forward(self, x: torch.Tensor, scale: torch.Tensor | None = None) -> dict[str, Any]:
+        y = self.lin(x) * (1 if scale is None else scale)
+        return {"y": y, "count": torch.tensor(x.shape[0])}
+
+
+def test_the_default_factory_is_seeded() -> None:
+    model_a, inputs_a, loss_a = models.default_factory()
+    model_b, inputs_b, _ = models.default_factory()
+    assert torch.equal(inputs_a[0], inputs_b[0])
+    assert all(torch.equal(p, q) for p, q in zip(model_a.parameters(), model_b.parameters(), strict=True))
+    with torch.no_grad():
+        loss = loss_a(model_a(*inputs_a))
+    assert loss.numel() == 1 and bool(torch.isfinite(loss))
+
+
+def test_the_default_model_is_causal() -> None:
+    torch.manual_seed(0)
+    model = models.TransformerBlock(vocab=16, width=8, heads=2, hidden=16, seq=6).eval()
+    tokens = torch.randint(0, 16, (1, 6))
+    changed = tokens.clone()
+    changed[0, -1] = (tokens[0, -1] + 1) % 16
+    with torch.no_grad():
+        before, after = model(tokens), model(changed)
+    assert before.shape == (6, 16)
+    assert torch.allclose(before[:5], after[:5])  # a later token does not reach earlier positions
+    assert not torch.allclose(before[5], after[5])
+
+
+def test_the_default_spec_also_runs_under_bfloat16_autocast() -> None:
+    spec = models.load(None)
+    assert spec.autocast == (torch.bfloat16,) and spec.kwargs == {}
+    assert isinstance(spec.model, models.TransformerBlock)
+    assert spec.input_leaves() == list(spec.args)
+
+
+def test_mean_square_loss_sums_the_floating_point_outputs() -> None:
+    a, b = torch.tensor([1.0, 3.0]), torch.tensor([[2.0]], dtype=torch.bfloat16)
+    loss = models.mean_square_loss({"a": a, "ints": torch.tensor([100]), "nested": [b]})
+    assert loss.dtype == torch.float32 and float(loss) == pytest.approx((1 + 9) / 2 + 4)
+    with pytest.raises(UsageError, match="no floating-point tensor"):
+        models.mean_square_loss((torch.tensor([1]), "text"))
+
+
+def test_a_factory_with_keyword_inputs_and_the_default_loss(monkeypatch: pytest.MonkeyPatch) -> None:
+    x, scale = torch.ones(4, 3), torch.tensor(2.0)
+    target = _factory(monkeypatch, lambda: (Pair(), {"x": x, "scale": scale}))
+    spec = models.load(target)
+    assert (spec.args, spec.name, spec.autocast) == ((), target, ())
+    assert spec.kwargs == {"x": x, "scale": scale}
+    assert spec.loss_fn is models.mean_square_loss
+    assert spec.input_leaves() == [x, scale]
+    args, kwargs = spec.inputs_on("cpu")
+    assert args == () and torch.equal(kwargs["x"], x)
+
+
+def test_positional_inputs_as_a_list_and_an_own_loss(monkeypatch: pytest.MonkeyPatch) -> None:
+    x = torch.ones(2, 3)
+
+    def loss_fn(out: dict[str, torch.Tensor]) -> torch.Tensor:
+        return out["y"].sum()
+
+    spec = models.load(_factory(monkeypatch, lambda: (Pair(), [x], loss_fn)))
+    assert spec.args == (x,) and spec.kwargs == {} and spec.loss_fn is loss_fn
+
+
+@pytest.mark.parametrize(
+    ("target", "problem"),
+    [
+        ("no_colon", "expected package.module:factory"),
+        (":make", "expected package.module:factory"),
+        ("no_such_module_anywhere:make", "cannot import no_such_module_anywhere"),
+        ("neuron_smoke.models:NO_SUCH", "no callable 'NO_SUCH'"),
+        ("neuron_smoke.models:CONTRACT", "no callable 'CONTRACT'"),  # a string, not a factory
+    ],
+)
+def test_a_factory_that_cannot_be_found_is_a_usage_error(target: str, problem: str) -> None:
+    with pytest.raises(UsageError) as raised:
+        models.load(target)
+    assert str(raised.value).startswith("--model ") and problem in str(raised.value)
+
+
+def _raises() -> Any:
+    raise KeyError("weights.bin")
+
+
+@pytest.mark.parametrize(
+    ("factory", "problem"),
+    [
+        (_raises, "the factory raised KeyError"),
+        (lambda: (Pair(), {1: torch.ones(1, 3)}), "inputs is a dict"),
+        (lambda: (Pair(), ()), "no tensor"),
+        (lambda: (Pair(), (torch.ones(1, 3), 2.0)), "non-tensor leaves (float)"),
+        (lambda: (Pair(), torch.ones(1, 3, device="meta")), "inputs are on meta"),
+        (lambda: (Pair(), torch.ones(1, 4)), "fails on the CPU: RuntimeError"),
+        (lambda: (Pair(), torch.ones(1, 3), lambda out: out["y"]), "did not return a floating-point scalar"),
+        (lambda: (Pair(), torch.ones(1, 3), lambda out: out["count"]), "did not return a floating-point scalar"),
+    ],
+)
+def test_a_factory_whose_model_cannot_run_is_a_usage_error(
+    factory: Callable[[], Any], problem: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    target = _factory(monkeypatch, factory)
+    with pytest.raises(UsageError) as raised:
+        models.load(target)
+    assert problem in str(raised.value) and target in str(raised.value)

@@ -1,0 +1,125 @@
+"""stage_environment.py: the versions against the cell's pins (a cell made from what is installed passes; drift,
+another Python, packages absent on and off Neuron), the imported torch against its metadata, and `pip check`'s
+outcomes (its process replaced by a short Python command)."""
+
+from __future__ import annotations
+
+import platform
+import sys
+from typing import Any
+
+import pytest
+import torch
+from neuron_smoke import cells, stage_environment
+from neuron_smoke.backends import CPU, NEURON, Backend
+from neuron_smoke.context import Context, Options, StageLog
+
+TORCH = stage_environment.installed_version("torch")
+
+
+def _ctx(cell: dict[str, Any] | None = None, backend: Backend = CPU, **options: Any) -> Context:
+    return Context(options=Options(device=backend.name, cell=cell, cell_source="test", **options), backend=backend)
+
+
+@pytest.fixture(autouse=True)
+def _quick_pip_check(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(stage_environment, "PIP_CHECK", ("-c", "pass"))
+    monkeypatch.setattr(stage_environment, "_started", None)
+
+
+def _pip_check_prints(monkeypatch: pytest.MonkeyPatch, code: str) -> None:
+    monkeypatch.setattr(stage_environment, "PIP_CHECK", ("-c", code))
+
+
+def _python() -> str:
+    return ".".join(platform.python_version_tuple()[:2])
+
+
+def test_installed_version() -> None:
+    assert TORCH is not None and TORCH.split("+")[0] == torch.__version__.split("+")[0]
+    assert stage_environment.installed_version("no-such-distribution-anywhere") is None
+
+
+def test_without_a_cell_the_versions_are_recorded_only() -> None:
+    log = StageLog()
+    stage_environment.run(_ctx(), log)
+    assert log.failures == [] and log.advisories == []
+    assert log.numbers["cell"] is None and any("pins not checked" in n for n in log.notes)
+    assert log.numbers["versions"]["torch"] == TORCH and log.numbers["versions"]["python"] == platform.python_version()
+    assert log.numbers["pip_check"] == "ok"
+    assert log.numbers["torch_imported"]["version"] == torch.__version__
+
+
+def test_a_cell_of_what_is_installed_passes_off_neuron() -> None:
+    cell = {"id": "c1", "python": _python(), "torch": TORCH, "torch_neuronx": "2.13.3.0.*"}
+    log = StageLog()
+    stage_environment.run(_ctx(cell), log)
+    assert log.failures == []
+    assert log.numbers["pins_checked"] == 1 and log.numbers["pin_mismatches"] == []
+    assert log.numbers["pinned_not_installed"] == ["torch-neuronx"]  # absent off Neuron: a note
+    assert log.summary == "cell c1: 1 pins checked, 0 mismatched"
+
+
+def test_drift_and_another_python_fail_naming_the_cell() -> None:
+    cell = {"id": "c2", "python": "2.7", "torch": "1.0.0"}
+    log = StageLog()
+    stage_environment.run(_ctx(cell), log)
+    assert len(log.failures) == 2 and all(f.startswith("version drift from cell c2: ") for f in log.failures)
+    assert f"python {_python()} != 2.7" in log.failures[0]
+    assert "torch" in log.failures[1] and "1.0.0" in log.failures[1]
+    assert log.summary == "cell c2: 1 pins checked, 2 mismatched"
+
+
+def test_on_neuron_the_neuron_packages_are_required() -> None:
+    cell = {"id": "c3", "torch": TORCH, "torch_neuronx": "2.13.3.0.*"}
+    log = StageLog()
+    stage_environment.run(_ctx(cell, NEURON), log)
+    missing = sorted(d for d in cells.NEURON_DISTRIBUTIONS if stage_environment.installed_version(d) is None)
+    assert missing  # this checkout's test Python has no Neuron packages
+    for dist in missing:
+        assert f"{dist} is not installed (required on neuron)" in log.failures
+    assert any("torch-neuronx not installed (pinned 2.13.3.0.*)" in f for f in log.failures)
+
+
+def test_an_imported_torch_other_than_the_installed_one_fails() -> None:
+    log = StageLog()
+    stage_environment._check_imported_torch(log, "0.0.1")
+    assert len(log.failures) == 1 and torch.__version__ in log.failures[0] and "0.0.1" in log.failures[0]
+    same = StageLog()
+    stage_environment._check_imported_torch(same, torch.__version__)
+    assert same.failures == []
+
+
+def test_a_pip_check_problem_is_an_advisory(monkeypatch: pytest.MonkeyPatch) -> None:
+    _pip_check_prints(monkeypatch, "print('a 1.0 has requirement b>2'); print('c 2'); raise SystemExit(1)")
+    log = StageLog()
+    stage_environment._pip_check(_ctx(), log)
+    assert log.failures == [] and len(log.advisories) == 1
+    assert "a 1.0 has requirement b>2" in log.advisories[0]
+    assert log.numbers["pip_check"] == ["a 1.0 has requirement b>2", "c 2"]
+
+
+def test_a_python_without_pip_is_noted(monkeypatch: pytest.MonkeyPatch) -> None:
+    _pip_check_prints(monkeypatch, "import sys; sys.exit('/usr/bin/python: No module named pip')")
+    log = StageLog()
+    stage_environment._pip_check(_ctx(), log)
+    assert log.failures == log.advisories == [] and log.numbers["pip_check"] == "not run"
+
+
+def test_a_hanging_pip_check_times_out(monkeypatch: pytest.MonkeyPatch) -> None:
+    _pip_check_prints(monkeypatch, "import time; time.sleep(30)")
+    log = StageLog()
+    stage_environment._pip_check(_ctx(timeout_s=0.5), log)
+    assert log.failures == ["pip check timed out"]
+
+
+def test_pip_check_started_early_is_collected_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    _pip_check_prints(monkeypatch, "raise SystemExit(0)")
+    stage_environment.start_pip_check()
+    started = stage_environment._started
+    assert started is not None and started.args[0] == sys.executable
+    stage_environment.start_pip_check()  # a second call starts nothing
+    assert stage_environment._started is started
+    log = StageLog()
+    stage_environment._pip_check(_ctx(), log)
+    assert stage_environment._started is None and started.returncode == 0 and log.numbers["pip_check"] == "ok"

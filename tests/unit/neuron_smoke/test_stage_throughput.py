@@ -1,0 +1,74 @@
+"""stage_throughput.py: where the peak comes from (--peak-tflops, the Neuron per-device figure, a datasheet), the
+numbers of a small CPU run, and the floor that fails a "Neuron device" computing at host speed (the CPU standing in for
+it under the neuron name)."""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+import pytest
+import torch
+from neuron_smoke import stage_throughput
+from neuron_smoke.backends import CPU, CUDA, NEURON, Backend, neuron_device_peak
+from neuron_smoke.context import Context, Options, StageLog
+
+
+@dataclasses.dataclass(frozen=True)
+class CpuNamedNeuron(Backend):
+    """The neuron table entry, computing on the CPU."""
+
+    @property
+    def device_type(self) -> str:
+        return "cpu"
+
+
+def _ctx(backend: Backend = CPU, **options: Any) -> Context:
+    return Context(
+        options=Options(device="cpu", iterations=2, warmup=1, throughput_size=64, **options), backend=backend
+    )
+
+
+def test_the_peak_and_its_source() -> None:
+    assert stage_throughput.peak_tflops(_ctx(peak_tflops=12.5), "cpu", torch.float32) == (12.5, "--peak-tflops")
+    neuron = stage_throughput.peak_tflops(_ctx(NEURON), "neuron", torch.bfloat16)
+    assert neuron[0] == neuron_device_peak(torch.bfloat16) and neuron[0] is not None and "Trainium2" in neuron[1]
+    name = next(iter(CUDA.peak_tflops))
+    assert stage_throughput.peak_tflops(_ctx(CUDA), f"NVIDIA {name}", torch.float32) == (
+        CUDA.peak_for(f"NVIDIA {name}", torch.float32),
+        f"NVIDIA {name} datasheet",
+    )
+    assert stage_throughput.peak_tflops(_ctx(), "cpu", torch.float32)[0] is None
+    assert stage_throughput.device_name(_ctx()) == "cpu"
+
+
+def test_a_cpu_run_reports_tflops_without_a_peak() -> None:
+    log = StageLog()
+    stage_throughput.run(_ctx(), log)
+    numbers = log.numbers
+    assert log.failures == []
+    assert (numbers["size"], numbers["dtype"], numbers["device_name"]) == (64, CPU.throughput_dtype, "cpu")
+    assert numbers["tflops"] == pytest.approx(2 * 64**3 / numbers["median_s"] / 1e12)
+    assert numbers["peak_tflops"] is None and numbers["percent_of_peak"] is None and numbers["floor_percent"] is None
+    assert "peak unknown" in log.summary
+
+
+def test_off_neuron_a_low_percentage_is_reported_not_failed() -> None:
+    log = StageLog()
+    stage_throughput.run(_ctx(peak_tflops=1e9), log)
+    assert log.failures == [] and log.numbers["percent_of_peak"] < 1
+    assert log.numbers["peak_source"] == "--peak-tflops" and "% of 1e+09 peak" in log.summary
+
+
+def test_on_neuron_throughput_under_the_floor_fails() -> None:
+    host_speed = CpuNamedNeuron(**{f.name: getattr(NEURON, f.name) for f in dataclasses.fields(NEURON)})
+    slow = StageLog()
+    stage_throughput.run(_ctx(host_speed, peak_tflops=1e9), slow)
+    assert slow.numbers["floor_percent"] == Options().throughput_floor
+    assert len(slow.failures) == 1 and "under the" in slow.failures[0] and "floor" in slow.failures[0]
+    fast = StageLog()
+    stage_throughput.run(_ctx(host_speed, peak_tflops=1e-9), fast)  # far above any floor
+    assert fast.failures == []
+    unknown = StageLog()
+    stage_throughput.run(_ctx(dataclasses.replace(host_speed, throughput_dtype="int8"), throughput_floor=50.0), unknown)
+    assert unknown.failures == [] and unknown.numbers["peak_tflops"] is None  # no documented int8 peak: not failed
