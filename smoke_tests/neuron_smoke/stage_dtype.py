@@ -24,8 +24,8 @@ def run(ctx: Context, log: StageLog) -> None:
     dev = ctx.device
     f64 = _probe(log, "float64", lambda: torch.full((4,), 1.0, dtype=torch.float64, device=dev) + 2.0**-40)
     if isinstance(f64, torch.Tensor):
-        back = f64.cpu()
-        preserved = bool((back == F64_PROBE).all())
+        back = f64.cpu().double()  # compared in float64: a float32 result must not round the probe to match
+        preserved = f64.dtype == torch.float64 and bool((back == F64_PROBE).all())
         log.numbers["float64"] = {
             "device_dtype": str(f64.dtype),
             "value": float(back[0]),

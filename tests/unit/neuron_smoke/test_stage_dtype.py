@@ -74,12 +74,6 @@ def test_a_probe_that_raises_is_recorded_as_its_error(monkeypatch: pytest.Monkey
     assert log.failures == [] and log.summary.endswith("int64: error: RuntimeError: int64 not supported")
 
 
-@pytest.mark.xfail(
-    reason="stage_dtype compares the probe's result with F64_PROBE at the result's own dtype: a device that hands "
-    "float64 work back as a float32 tensor rounds F64_PROBE to 1.0 in the comparison, so the report says "
-    "precision_preserved True beside value 1.0 and no note is given",
-    strict=True,
-)
 def test_float64_returned_as_float32_is_not_reported_as_preserved(monkeypatch: pytest.MonkeyPatch) -> None:
     _device_full(monkeypatch, lambda t: t.float() if t.dtype == torch.float64 else t)
     log = StageLog()
