@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import shutil
 from dataclasses import replace
 from pathlib import Path
 
@@ -141,6 +142,7 @@ def test_the_options_reach_the_command(release: Matrix, tmp_path: Path) -> None:
     cell = release.cells[0]
     lock = sound_lock(release, cell, tmp_path / "lock.txt")
     (tmp_path / "ca.pem").write_text(PEM)
+    shutil.copy(REPO_ROOT / "Dockerfile", release.root / "Dockerfile")  # --target must name one of its stages
     build = plan_image_build(
         release, cell, lock=lock, dry_run=True, tags=("registry.example:5000/ml/nt:1",), network="mirror-net",
         ca_bundle=tmp_path / "ca.pem", target="venv", no_cache=True, proxy={"https_proxy": "http://proxy:3128"},
@@ -152,6 +154,8 @@ def test_the_options_reach_the_command(release: Matrix, tmp_path: Path) -> None:
     assert command[command.index("--target") + 1] == "venv"
     assert "--no-cache" in command and "https_proxy=http://proxy:3128" in command
     assert command[-1] == str(release.root)
+    with pytest.raises(NeuronTorchError, match=r"--target 'nt-nostage' is no stage of .*Dockerfile; its stages: os, "):
+        plan_image_build(release, cell, lock=lock, dry_run=True, target="nt-nostage")
 
 
 def test_a_release_on_loopback_builds_on_the_host_network(

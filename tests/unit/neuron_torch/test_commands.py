@@ -94,7 +94,7 @@ def test_build_image_dry_run_prints_the_command_and_writes_nothing(release: Rele
 
 @pytest.mark.parametrize("status", [0, 3])
 def test_build_image_stages_then_reports_dockers_exit(
-    release: Release, monkeypatch: pytest.MonkeyPatch, status: int
+    release: Release, monkeypatch: pytest.MonkeyPatch, tmp_path: Path, status: int
 ) -> None:
     cell = release.matrix.cell(release.matrix.release.default_cell)
     write_lock(cell, lock_text(release.matrix, cell))
@@ -106,8 +106,16 @@ def test_build_image_stages_then_reports_dockers_exit(
         return status
 
     monkeypatch.setattr(building, "run_image_build", run_image_build)
+    code, out, err = release.run("build", "image", "--cell", cell.id)  # $DOCKER names no program: refused first
+    assert (code, out, ran) == (2, "", []) and not (release.matrix.root / "build").exists()
+    assert "$DOCKER='/opt/docker/bin/docker': no such executable" in err
+    docker = tmp_path / "bin" / "docker"  # a real executable (a build needs one), never run: run_image_build stands in
+    docker.parent.mkdir()
+    docker.write_text("#!/bin/sh\nexit 99\n")
+    docker.chmod(0o755)
+    monkeypatch.setenv("DOCKER", str(docker))
     code, out, err = release.run("build", "image", "--cell", cell.id)
-    assert len(ran) == 1 and out.startswith("DOCKER_BUILDKIT=1 ")
+    assert len(ran) == 1 and out.startswith(f"DOCKER_BUILDKIT=1 {shlex.quote(str(docker))} build ")
     if status == 0:
         assert code == 0 and out.rstrip().endswith(f"built {', '.join(ran[0].tags)}")
     else:
@@ -160,7 +168,10 @@ def test_instance_json_and_text(release: Release) -> None:
         "type": instance.type, "family": instance.family, "chips": instance.chips or None,
         "expected_devices": instance.expected_devices, "lnc": lnc, "note": instance.note,
     }  # fmt: skip
-    unlisted = f"{instance.family}.nt-unlisted"
+    code, _, err = release.run("instance", f"{instance.family}.nt-unlisted", "--json")
+    assert code == 2 and "'nt-unlisted' is not an EC2 instance size" in err  # a family's size must be an EC2 size
+    unlisted = f"{instance.family}.metal-96xl"
+    assert unlisted not in release.matrix.instances
     record = json.loads(release.run("instance", unlisted, "--json")[1])
     assert (record["chips"], record["expected_devices"]) == (None, None)
     out = release.run("instance", unlisted)[1]
@@ -229,7 +240,7 @@ def test_check_of_an_unsealed_lock_reads_its_routing_and_names_the_seal_command(
     )
     assert f"`{seal}`" in out
     code, _, err = release.run("check", "--lock", str(plain), "--cell", cell.id, "--sealed")
-    assert code == 2 and f"refusing the lock {plain} for {cell.id}" in err
+    assert code == 1 and f"refusing the lock {plain} for {cell.id}" in err  # unsound for the gate: a failed check
 
 
 def test_check_of_a_cell_record(release: Release, tmp_path: Path) -> None:
@@ -298,7 +309,10 @@ def test_lock_seal_reports_the_sealed_lock(release: Release, monkeypatch: pytest
 
 def test_index_options_take_name_equals_url() -> None:
     assert _parse_index("neuron=https://mirror/neuron/simple") == ("neuron", "https://mirror/neuron/simple")
-    assert _parse_index("a=b=c") == ("a", "b=c")
+    assert _parse_index("a=https://m.example/simple?b=c") == ("a", "https://m.example/simple?b=c")  # the first '='
+    for url in ("b=c", "ftp://m.example/simple", "https:///simple"):
+        with pytest.raises(NeuronTorchError, match=f"^--index a: '{url}' is not a URL of http:, https:, file: "):
+            _parse_index(f"a={url}")
     for bad in ("neuron", "=https://x", "neuron="):
         with pytest.raises(NeuronTorchError, match=f"--index takes NAME=URL .*not '{bad}'"):
             _parse_index(bad)

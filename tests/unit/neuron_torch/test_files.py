@@ -107,9 +107,15 @@ def test_an_output_folder_that_cannot_be_used_is_refused(tmp_path: Path, monkeyp
         f"--bundle {under}: {tmp_path / 'a-file'} is a file, so the folder cannot be made; name a new folder"
     )
     assert refusal(files.check_new_folder, tmp_path / "full").endswith("is not empty; name a new folder")
-    monkeypatch.setattr(os, "access", lambda path, mode: False)
+    files.check_new_folder(tmp_path / "new")  # writable: the probe file is made and removed
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a-file", "full"]
+
+    def refused(*args: object, **kwargs: object) -> tuple[int, str]:  # a folder that refuses a new file (even root's)
+        raise PermissionError(errno.EACCES, os.strerror(errno.EACCES))
+
+    monkeypatch.setattr(files.tempfile, "mkstemp", refused)
     assert refusal(files.check_new_folder, tmp_path / "new") == (
-        f"--out {tmp_path / 'new'}: {tmp_path} is not writable; name a folder you can write"
+        f"--out {tmp_path / 'new'}: cannot write in {tmp_path} (Permission denied); name a folder you can write"
     )
 
 

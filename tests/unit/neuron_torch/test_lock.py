@@ -69,20 +69,42 @@ def cell(matrix: Matrix) -> Cell:
     return matrix.cell(matrix.release.default_cell)
 
 
+def stand_in_uv(folder: Path) -> Path:
+    """An executable file (what $NEURON_TORCH_UV must name) that is never run: exit 99 if it were."""
+    uv = folder / "uv"
+    uv.parent.mkdir(parents=True, exist_ok=True)
+    uv.write_text("#!/bin/sh\nexit 99\n")
+    uv.chmod(0o755)
+    return uv
+
+
 @pytest.fixture
-def resolver(monkeypatch: pytest.MonkeyPatch, matrix: Matrix, cell: Cell) -> FakeResolver:
+def uv(tmp_path: Path) -> Path:
+    return stand_in_uv(tmp_path / "uv-bin")
+
+
+@pytest.fixture
+def resolver(monkeypatch: pytest.MonkeyPatch, matrix: Matrix, cell: Cell, uv: Path) -> FakeResolver:
     fake = FakeResolver(resolved_text(matrix, cell))
     monkeypatch.setattr(subprocess, "run", fake)
-    monkeypatch.setenv("NEURON_TORCH_UV", "/opt/uv/bin/uv")
+    monkeypatch.setenv("NEURON_TORCH_UV", str(uv))
     return fake
 
 
 # --- which uv -----------------------------------------------------------------------------------------------------
 
 
-def test_neuron_torch_uv_wins(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("NEURON_TORCH_UV", "/opt/my-uv")
-    assert locking.find_uv() == "/opt/my-uv"
+def test_neuron_torch_uv_wins(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    mine = stand_in_uv(tmp_path / "opt")
+    monkeypatch.setenv("PATH", str(stand_in_uv(tmp_path / "bin").parent))  # another uv on PATH: not taken
+    monkeypatch.setenv("NEURON_TORCH_UV", str(mine))
+    assert locking.find_uv() == str(mine)
+    mine.chmod(0o644)  # named like a flag, checked like one: it must be a program
+    with pytest.raises(NeuronTorchError, match=r"^\$NEURON_TORCH_UV='.*/opt/uv': no such executable"):
+        locking.find_uv()
+    monkeypatch.setenv("NEURON_TORCH_UV", "/nt-none/uv")
+    with pytest.raises(NeuronTorchError, match=r"^\$NEURON_TORCH_UV='/nt-none/uv': no such executable"):
+        locking.find_uv()
 
 
 def test_uv_on_path_then_the_uv_package(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -151,7 +173,7 @@ def test_a_target_that_cannot_be_written_is_refused(tmp_path: Path) -> None:
 
 
 def test_lock_cell_runs_uv_for_the_cells_python_and_platform(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, matrix: Matrix, cell: Cell, resolver: FakeResolver
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, matrix: Matrix, cell: Cell, resolver: FakeResolver, uv: Path
 ) -> None:
     monkeypatch.setenv("UV_INDEX_URL", "https://elsewhere.example/simple")
     monkeypatch.setenv("PIP_EXTRA_INDEX_URL", "https://elsewhere.example/simple")
@@ -161,7 +183,7 @@ def test_lock_cell_runs_uv_for_the_cells_python_and_platform(
     assert out == tmp_path / "locks" / "lock.txt"
     (call,) = resolver.calls
     command = call["command"]
-    assert command[:4] == ["/opt/uv/bin/uv", "pip", "compile", "pyproject.toml"]
+    assert command[:4] == [str(uv), "pip", "compile", "pyproject.toml"]
     assert command[command.index("--python-version") + 1] == cell.python
     assert command[command.index("--python-platform") + 1] == cell.os.lock_platform
     assert {"--generate-hashes", "--emit-index-annotation", "--no-python-downloads"} <= set(command)
@@ -181,6 +203,10 @@ def test_lock_cell_offline_uses_only_the_wheels_folder(
 ) -> None:
     wheels = tmp_path / "wheels"
     wheels.mkdir()
+    with pytest.raises(NeuronTorchError, match=r"find-links folder .*wheels holds no wheels \(\*\.whl\)"):
+        locking.lock_cell(matrix, cell, find_links=wheels, out=tmp_path / "lock.txt")  # an empty folder: refused
+    assert resolver.calls == []
+    (wheels / "filelock-3.16.1-py3-none-any.whl").write_bytes(b"")  # a folder of the cell's wheels (one stands in)
     resolver.text = resolved_text(matrix, cell, sources=False)
     out = locking.lock_cell(matrix, cell, find_links=wheels, out=tmp_path / "lock.txt")
     command = resolver.calls[0]["command"]
