@@ -136,7 +136,10 @@ def stage(matrix: Matrix, cell: Cell, lock: Path, *, write: bool = True) -> tupl
 
 def dockerfile_stages(matrix: Matrix) -> list[str]:
     """The named stages of the project's Dockerfile (`FROM ... AS name`), in order."""
-    text = (matrix.root / "Dockerfile").read_text(encoding="utf-8")
+    path = matrix.root / "Dockerfile"
+    if not path.is_file():
+        raise NeuronTorchError(f"{path}: no Dockerfile there: name a neuron-torch checkout with --project DIR")
+    text = path.read_text(encoding="utf-8")
     return re.findall(r"^FROM\s+\S+\s+AS\s+(\S+)\s*$", text, flags=re.MULTILINE | re.IGNORECASE)
 
 

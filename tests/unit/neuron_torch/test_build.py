@@ -16,6 +16,7 @@ import pytest
 from neuron_torch.build import (
     IMAGE,
     ImageBuild,
+    check_target,
     default_tags,
     plan_image_build,
     require_lock,
@@ -182,3 +183,9 @@ def test_running_without_docker_names_the_install(tmp_path: Path) -> None:
     build = ImageBuild(cell=None, tags=(), command=(missing, "build"), stage_dir=tmp_path)  # type: ignore[arg-type]
     with pytest.raises(NeuronTorchError, match="no-docker not found: install docker"):
         run_image_build(build)
+
+
+def test_a_target_without_a_dockerfile_is_one_clear_refusal(release_copy: Path) -> None:
+    matrix = load_matrix(release_copy / "constraints" / "matrix.toml")
+    with pytest.raises(NeuronTorchError, match=r"no Dockerfile there: name a neuron-torch checkout with --project"):
+        check_target(matrix, "runtime")
