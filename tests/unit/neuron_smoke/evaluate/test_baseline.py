@@ -1,0 +1,107 @@
+"""neuron_smoke.evaluate.baseline: a baseline directory written whole (safetensors), read back, and refused when
+it is not one."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import pytest
+import torch
+from neuron_smoke.errors import UsageError
+from neuron_smoke.evaluate import BASELINE_SCHEMA, baseline, tensors
+
+pytest.importorskip("safetensors", reason="the baseline's default format needs the `eval` extra (safetensors)")
+
+LIMIT = 100
+
+
+def _values() -> dict[str, torch.Tensor]:
+    gen = torch.Generator().manual_seed(0)
+    return {
+        "loss": torch.tensor(0.75),
+        "grad/fc.weight": torch.randn(8, 8, generator=gen),  # 64 <= LIMIT: whole
+        "weight/big": torch.randn(20, 10, generator=gen),  # 200 > LIMIT: a summary and its sketch
+        "ids": torch.arange(LIMIT + 50),  # above the limit, but not comparable: whole
+        "weight/fc.weight": torch.randn(16, 4, generator=gen).t(),  # not contiguous
+    }
+
+
+def test_a_baseline_round_trips_whole_tensors_and_sketches_of_large_ones(tmp_path: Path) -> None:
+    values = _values()
+    baseline.save(tmp_path / "b", {"model": {"name": "m"}, "order": ["fc"]}, values, limit=LIMIT)
+    assert sorted(p.name for p in (tmp_path / "b").iterdir()) == ["index.json", "tensors.safetensors"]
+    loaded = baseline.load(tmp_path / "b")
+    index = loaded.index
+    assert (index["schema"], index["format"], index["full_tensor_limit"]) == (BASELINE_SCHEMA, "safetensors", LIMIT)
+    assert index["model"] == {"name": "m"} and index["order"] == ["fc"]  # the caller's entries are kept
+    assert loaded.names == list(values)
+    for name, t in values.items():
+        if name == "weight/big":
+            continue
+        full = loaded.full(name)
+        assert full is not None and torch.equal(full, t) and full.dtype == t.dtype, name
+        assert index["tensors"][name] == {
+            "shape": list(t.shape),
+            "dtype": tensors.summary(t)["dtype"],
+            "stored": "full",
+        }
+        assert loaded.sketch(name) is None
+    big = values["weight/big"]
+    assert loaded.full("weight/big") is None
+    assert torch.equal(loaded.sketch("weight/big"), tensors.sketch(big))
+    assert index["tensors"]["weight/big"] == {**tensors.summary(big), "stored": "sketch"}
+
+
+def test_recording_again_replaces_a_baseline_and_fills_an_empty_directory(tmp_path: Path) -> None:
+    (tmp_path / "empty").mkdir()
+    baseline.save(tmp_path / "empty", {}, {"loss": torch.tensor(1.0)}, limit=LIMIT)
+    assert baseline.load(tmp_path / "empty").names == ["loss"]
+    baseline.save(tmp_path / "b", {}, {"loss": torch.tensor(1.0), "old": torch.zeros(2)}, limit=LIMIT)
+    baseline.save(tmp_path / "b", {}, {"loss": torch.tensor(2.0)}, limit=LIMIT)
+    again = baseline.load(tmp_path / "b")
+    assert again.names == ["loss"] and float(again.full("loss")) == 2.0
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["b", "empty"]  # no temporary directory left
+
+
+def test_a_failed_write_leaves_the_old_baseline_and_no_temporary_directory(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    baseline.save(tmp_path / "b", {}, {"loss": torch.tensor(1.0)}, limit=LIMIT)
+
+    def broken(*_args: object, **_kwargs: object) -> None:
+        raise OSError("disk full")
+
+    monkeypatch.setattr(baseline.st, "save_file", broken)
+    with pytest.raises(OSError, match="disk full"):
+        baseline.save(tmp_path / "b", {}, {"loss": torch.tensor(2.0)}, limit=LIMIT)
+    assert float(baseline.load(tmp_path / "b").full("loss")) == 1.0
+    assert [p.name for p in tmp_path.iterdir()] == ["b"]
+
+
+def test_loading_refuses_a_directory_without_an_index(tmp_path: Path) -> None:
+    with pytest.raises(
+        UsageError, match=re.escape(f"--baseline {tmp_path}: no index.json there; record one with --record")
+    ):
+        baseline.load(tmp_path)
+
+
+def test_loading_refuses_an_unreadable_index_or_another_schema(tmp_path: Path) -> None:
+    (tmp_path / "index.json").write_text("{not json", encoding="utf-8")
+    with pytest.raises(UsageError, match=r"unreadable index\.json \(.+\); record the baseline again"):
+        baseline.load(tmp_path)
+    (tmp_path / "index.json").write_text(json.dumps({"schema": "neuron-eval-baseline/0"}), encoding="utf-8")
+    with pytest.raises(UsageError, match=re.escape(f"schema 'neuron-eval-baseline/0', expected '{BASELINE_SCHEMA}'")):
+        baseline.load(tmp_path)
+
+
+def test_a_safetensors_baseline_without_safetensors_says_what_to_install(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    baseline.save(tmp_path / "b", {}, {"loss": torch.tensor(1.0)}, limit=LIMIT)
+    monkeypatch.setattr(baseline, "st", None)
+    with pytest.raises(
+        UsageError, match="stored with safetensors, which is not installed here; pip install safetensors"
+    ):
+        baseline.load(tmp_path / "b")

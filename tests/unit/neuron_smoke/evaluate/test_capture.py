@@ -1,0 +1,157 @@
+"""neuron_smoke.evaluate.capture: the moved copy (ties restored), one captured training step, the timed steps."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+import torch
+from neuron_smoke.evaluate import capture, inventory
+from neuron_smoke.examples import mlp
+from neuron_smoke.models import ModelSpec
+from torch import nn
+
+
+def _mlp_spec() -> ModelSpec:
+    model, args, loss_fn = mlp.factory()
+    return ModelSpec(model, tuple(args), {}, loss_fn, "mlp")
+
+
+class Tied(nn.Module):
+    """Two linear layers sharing one weight; its .to() unties them, as a move across device types can."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.a = nn.Linear(3, 3, bias=False)
+        self.b = nn.Linear(3, 3, bias=False)
+        self.b.weight = self.a.weight
+
+    def to(self, *args: Any, **kwargs: Any) -> Tied:
+        moved = super().to(*args, **kwargs)
+        moved.b.weight = nn.Parameter(moved.b.weight.detach().clone())
+        return moved
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        out: torch.Tensor = self.b(self.a(x))
+        return out
+
+
+def test_move_copies_the_model_and_ties_again_what_the_move_untied() -> None:
+    model = Tied()
+    moved, notes = capture.move(model, "cpu")
+    assert moved is not model and moved.a.weight is not model.a.weight
+    assert torch.equal(moved.a.weight, model.a.weight)
+    assert moved.b.weight is moved.a.weight
+    assert notes == ["b.weight was untied from a.weight by .to('cpu'); tied again"]
+    plain, plain_notes = capture.move(mlp.MLP(), "cpu")
+    assert plain_notes == [] and isinstance(plain, mlp.MLP)
+
+
+def test_float_leaves_finds_floating_tensors_in_nested_outputs_in_order() -> None:
+    a, b, c = torch.zeros(1), torch.ones(2, dtype=torch.float64), torch.full((3,), 2.0)
+    found = capture.float_leaves(({"x": a, "ids": torch.arange(2)}, [b, (None, "s", c)], torch.tensor([True])))
+    assert [t.data_ptr() for t in found] == [t.data_ptr() for t in (a, b, c)]
+    assert capture.float_leaves(torch.arange(3)) == [] and capture.float_leaves(3.0) == []
+
+
+def test_a_training_step_captures_outputs_loss_gradients_updated_weights_and_activations() -> None:
+    spec = _mlp_spec()
+    before = {n: p.detach().clone() for n, p in spec.model.named_parameters()}
+    cap = capture.train_step(spec, "cpu")
+    names = [n for n, _ in spec.model.named_parameters()]
+    modules = [n for n, _ in spec.model.named_modules() if n]
+    assert cap.device == "cpu" and cap.order == modules  # an MLP's modules finish in definition order
+    expected = {"output/0", "loss"} | {f"grad/{n}" for n in names} | {f"weight/{n}" for n in names}
+    expected |= {f"act/{m}/{side}/0" for m in modules for side in ("in", "out")}
+    assert set(cap.tensors) == expected
+    assert all(t.device.type == "cpu" for t in cap.tensors.values())
+    # the loss and gradients are those of the model's own forward, and the first SGD step moves by LR x gradient
+    model, args, loss_fn = mlp.factory()
+    loss = loss_fn(model(*args))
+    loss.backward()
+    assert torch.allclose(cap.tensors["loss"], loss.detach())
+    for n, p in model.named_parameters():
+        assert torch.allclose(cap.tensors[f"grad/{n}"], p.grad)
+        assert torch.allclose(cap.tensors[f"weight/{n}"], before[n] - capture.LR * p.grad)
+        assert cap.layer_of[f"grad/{n}"] == cap.layer_of[f"weight/{n}"] == n.rpartition(".")[0]
+    assert torch.equal(cap.tensors["act/fc1/in/0"], args[0]) and cap.layer_of["act/head/out/0"] == "head"
+    assert all(torch.equal(p, before[n]) for n, p in spec.model.named_parameters())  # the spec's model is untouched
+    assert cap.inventory is None and cap.fallback_ops is None and cap.untied == []
+
+
+class Twice(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.lin = nn.Linear(4, 4)
+        self.scale = nn.Parameter(torch.ones(4))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        out: torch.Tensor = self.lin(self.lin(x)) * self.scale
+        return out
+
+
+class FakeTracker:
+    def __init__(self) -> None:
+        self.cleared = 0
+
+    def clear_op_tracking(self) -> None:
+        self.cleared += 1
+
+    def get_fallback_ops(self) -> list[str]:
+        return ["aten::gelu", "aten::add.Tensor", "aten::gelu"]
+
+
+def test_a_module_called_twice_is_captured_per_call_and_root_parameters_belong_to_the_root() -> None:
+    spec = ModelSpec(Twice(), (torch.randn(2, 4),), {}, lambda out: out.sum(), "twice")
+    tracker = FakeTracker()
+    cap = capture.train_step(spec, "cpu", activations=True, with_inventory=True, tracker=tracker)
+    assert cap.order == ["lin", "lin#2"]
+    assert torch.equal(cap.tensors["act/lin#2/in/0"], cap.tensors["act/lin/out/0"])
+    assert cap.layer_of["act/lin#2/out/0"] == "lin" and cap.layer_of["grad/scale"] == inventory.ROOT
+    assert tracker.cleared == 1 and cap.fallback_ops == ["aten::add.Tensor", "aten::gelu"]
+    assert isinstance(cap.inventory, inventory.Inventory)
+    assert inventory.normalize("addmm") in {inventory.normalize(r.op) for r in cap.inventory.records}
+    bare = capture.train_step(spec, "cpu", activations=False)
+    assert bare.order == [] and not any(n.startswith("act/") for n in bare.tensors)
+
+
+def _counting_spec() -> tuple[ModelSpec, list[int]]:
+    spec = _mlp_spec()
+    losses: list[int] = []
+    inner = spec.loss_fn
+
+    def loss_fn(out: Any) -> torch.Tensor:
+        losses.append(1)
+        return inner(out)
+
+    spec.loss_fn = loss_fn
+    return spec, losses
+
+
+@pytest.mark.parametrize(("warmup", "with_warm_step"), [(2, False), (2, True), (0, True)])
+def test_time_steps_runs_the_first_call_the_warmup_and_the_timed_steps(warmup: int, with_warm_step: bool) -> None:
+    spec, losses = _counting_spec()
+    syncs: list[int] = []
+    warm: list[int] = []
+    timing = capture.time_steps(
+        spec, "cpu", warmup, 5, lambda: syncs.append(1), (lambda: warm.append(1)) if with_warm_step else None
+    )
+    # the instrumented step counts as the first warm-up step, when there is one to count as
+    bare_warmup = warmup - 1 if with_warm_step and warmup > 0 else warmup
+    assert len(losses) == len(syncs) == 1 + bare_warmup + 5
+    assert len(warm) == int(with_warm_step)
+    assert (timing["iterations"], timing["warmup"]) == (5, warmup)
+    assert 0 < timing["p50_ms"] <= timing["p95_ms"] and timing["first_call_s"] > 0
+
+
+def test_the_percentile_is_the_nearest_rank() -> None:
+    times = [float(i) for i in range(1, 21)]
+    assert capture._percentile(times, 95) == 19.0 and capture._percentile(times, 50) == 10.0
+    assert capture._percentile(times, 1) == 1.0 and capture._percentile([4.0], 95) == 4.0
+
+
+def test_run_bare_runs_the_steps_and_synchronizes_once() -> None:
+    spec, losses = _counting_spec()
+    syncs: list[int] = []
+    assert capture.run_bare(spec, "cpu", 3, lambda: syncs.append(1)) > 0
+    assert len(losses) == 3 and len(syncs) == 1

@@ -1,0 +1,129 @@
+"""neuron_smoke.evaluate.compare: per-tensor errors against the baseline and the CPU run (and which side caused
+them), what is missing where, the worst error per layer, and the layers where an error starts."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Any
+
+import torch
+from neuron_smoke.evaluate import compare, tensors
+from neuron_smoke.evaluate.baseline import Baseline
+from neuron_smoke.evaluate.capture import Capture
+
+RTOL = 1e-3
+REF = torch.tensor([1.0, 2.0, -4.0])
+
+
+def _cap(device: str, values: dict[str, torch.Tensor], layers: dict[str, str] | None = None) -> Capture:
+    return Capture(device=device, tensors=values, layer_of=layers or {})
+
+
+def _baseline(full: dict[str, torch.Tensor], sketched: dict[str, torch.Tensor] | None = None) -> Baseline:
+    entries: dict[str, Any] = {n: {"shape": list(t.shape), "stored": "full"} for n, t in full.items()}
+    values = dict(full)
+    for n, t in (sketched or {}).items():
+        entries[n] = {"shape": list(t.shape), "stored": "sketch"}
+        values[f"sketch:{n}"] = tensors.sketch(t)
+    return Baseline(path=Path("b"), index={"tensors": entries}, values=values)
+
+
+def _off(t: torch.Tensor, rel: float) -> torch.Tensor:
+    """t with its first element moved by rel x max|t|: a normwise error of rel."""
+    out = t.clone()
+    out[0] += rel * float(t.abs().max())
+    return out
+
+
+def test_each_tensor_is_compared_with_both_references_and_the_cause_is_named() -> None:
+    device = _cap("neuron", {"same": REF, "dev": _off(REF, 0.01), "env": REF, "ids": torch.arange(3)}, {"same": "fc"})
+    cpu = _cap("cpu", {"same": REF, "dev": REF, "env": REF})
+    base = _baseline({"same": REF, "dev": REF, "env": _off(REF, 0.5)})
+    rows = {r["tensor"]: r for r in compare.per_tensor(device, cpu, base, RTOL)}
+    assert list(rows) == ["same", "dev", "env"]  # the integer tensor is not compared
+    same, dev, env = rows["same"], rows["dev"], rows["env"]
+    assert (same["vs_cpu"], same["vs_baseline"], same["cpu_vs_baseline"]) == (0.0, 0.0, 0.0)
+    assert (same["ok"], same["source"], same["layer"], same["shape"]) == (True, "-", "fc", [3])
+    assert dev["vs_cpu"] == tensors.normwise(device.tensors["dev"], REF) > RTOL and dev["cpu_vs_baseline"] == 0.0
+    assert (dev["ok"], dev["source"]) == (False, "device")
+    # the device agrees with its own CPU; both differ from the old environment's run
+    assert env["vs_cpu"] == 0.0 and env["vs_baseline"] == env["cpu_vs_baseline"] == tensors.normwise(
+        REF, base.full("env")
+    )
+    assert (env["ok"], env["source"]) == (False, "environment")
+
+
+def test_without_a_baseline_or_a_cpu_value_only_the_other_reference_counts() -> None:
+    device = _cap("neuron", {"a": _off(REF, 0.5), "b": REF})
+    rows = compare.per_tensor(device, _cap("cpu", {"b": REF}), None, RTOL)
+    assert [(r["vs_cpu"], r["vs_baseline"], r["ok"], r["source"]) for r in rows] == [
+        (None, None, True, "-"),  # nothing to compare with: not a failure
+        (0.0, None, True, "-"),
+    ]
+    base = _baseline({"b": REF})
+    [a, b] = compare.per_tensor(device, _cap("cpu", {}), base, RTOL)
+    assert a["vs_baseline"] is None and b["vs_baseline"] == 0.0 and b["cpu_vs_baseline"] is None
+
+
+def test_a_sketched_baseline_tensor_is_compared_through_its_sketch_and_a_shape_change_is_infinite() -> None:
+    big = torch.randn(40, 30, generator=torch.Generator().manual_seed(0))
+    base = _baseline({}, {"w": big, "v": big})
+    device = _cap("cpu", {"w": _off(big, 0.2), "v": big.reshape(30, 40)})
+    rows = {r["tensor"]: r for r in compare.per_tensor(device, device, base, RTOL)}
+    assert rows["w"]["vs_baseline"] == tensors.normwise(tensors.sketch(device.tensors["w"]), tensors.sketch(big)) > 0
+    assert rows["v"]["vs_baseline"] == math.inf  # the same elements in another shape are not the same tensor
+    assert rows["w"]["source"] == rows["v"]["source"] == "environment"
+
+
+def test_missing_lists_what_one_run_has_and_another_lacks() -> None:
+    device = _cap("neuron", {"a": REF, "new": REF})
+    cpu = _cap("cpu", {"a": REF, "cpu_only": REF})
+    assert compare.missing(device, cpu, None) == {"only_in_cpu_run": ["cpu_only"]}
+    assert compare.missing(device, cpu, _baseline({"a": REF, "gone": REF})) == {
+        "only_in_cpu_run": ["cpu_only"],
+        "only_in_baseline": ["gone"],
+        "only_in_device_run": ["new"],
+    }
+
+
+def _row(tensor: str, layer: str | None, cpu: float | None, base: float | None = None) -> dict[str, Any]:
+    return {"tensor": tensor, "layer": layer, "vs_cpu": cpu, "vs_baseline": base}
+
+
+def test_per_layer_keeps_the_worst_error_of_each_kind_in_forward_order() -> None:
+    rows = [
+        _row("act/head/in/0", "head", 0.1),
+        _row("act/head/out/0", "head", 0.3, 0.2),
+        _row("act/head#2/out/0", "head", 0.5),
+        _row("grad/head.weight", "head", 0.05),
+        _row("act/fc/out/0", "fc", 0.0),
+        _row("weight/extra.w", "extra", 0.01),
+        _row("loss", None, 9.0),  # no layer: not in any
+    ]
+    layers = compare.per_layer(rows, ["fc", "head", "head#2"])
+    assert [e["layer"] for e in layers] == ["fc", "head", "extra"]  # not in the forward order: last
+    head = layers[1]
+    assert head["tensors"] == 4 and head["input_vs_cpu"] == 0.1 and head["output_vs_cpu"] == 0.5
+    assert head["grad_vs_cpu"] == 0.05 and head["output_vs_baseline"] == 0.2
+    assert head["worst_vs_cpu"] == 0.5 and head["worst_vs_baseline"] == 0.2
+    assert "worst_vs_baseline" not in layers[0] and layers[2]["weight_vs_cpu"] == 0.01
+
+
+def test_an_origin_needs_agreeing_inputs_and_an_output_error_amplified_past_rtol() -> None:
+    rows = [
+        _row("act/a/in/0", "a", 0.0),
+        _row("act/a/out/0", "a", 0.0, 0.5),  # starts the error against the baseline only
+        _row("act/b/in/0", "b", RTOL / 2),
+        _row("act/b/out/0", "b", RTOL * 2),  # over rtol, but under AMPLIFY x its input's error: inherited
+        _row("act/c/in/0", "c", 1e-5),
+        _row("act/c/out/0", "c", 0.2),
+        _row("act/c#2/in/0", "c", 0.0),
+        _row("act/c#2/out/0", "c", 0.3),
+    ]
+    order = ["a", "b", "c", "c#2"]
+    cpu = compare.origins(rows, order, "cpu", RTOL)
+    assert [(o["call"], o["layer"]) for o in cpu] == [("c", "c"), ("c#2", "c")]
+    assert (cpu[0]["input_error"], cpu[0]["output_error"]) == (1e-5, 0.2)
+    assert [o["call"] for o in compare.origins(rows, order, "baseline", RTOL)] == ["a"]
+    assert compare.origins(rows, order, "cpu", 1.0) == []

@@ -1,0 +1,94 @@
+"""neuron_smoke.evaluate.inventory: the aten ops of one step, with calls, dtypes, phase and innermost module."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from neuron_smoke.evaluate import inventory
+from neuron_smoke.examples import mlp
+from torch import nn
+
+
+def _mlp_step() -> tuple[nn.Module, inventory.Inventory]:
+    model, args, loss_fn = mlp.factory()
+    with inventory.recording(model) as inv:
+        assert inv.records == []  # filled when the block exits
+        loss_fn(model(*args)).backward()
+    return model, inv
+
+
+def test_a_step_is_recorded_per_op_module_and_phase() -> None:
+    model, inv = _mlp_step()
+    linears = sorted(n for n, m in model.named_modules() if isinstance(m, nn.Linear))
+    # Linear layers on 2-D inputs run as addmm, each under its own module's parameter-style name
+    forward_addmm = {r.module: r for r in inv.records if r.op == "aten::addmm.default" and r.phase == "forward"}
+    assert sorted(forward_addmm) == linears
+    assert all(r.calls == 1 and r.dtypes == {"float32"} for r in forward_addmm.values())
+    assert any(r.phase == "backward" and r.module in linears for r in inv.records)
+    assert {r.module for r in inv.records if inventory.normalize(r.op) == "gelu"} == {"act1"}
+    # the loss is computed outside every submodule: the root
+    assert any(r.module == inventory.ROOT and "nll_loss" in r.op for r in inv.records)
+    assert not any(r.layouts or r.nested or r.under_transform for r in inv.records)
+
+
+def test_modules_of_accepts_the_op_in_any_spelling() -> None:
+    model, inv = _mlp_step()
+    linears = sorted(n for n, m in model.named_modules() if isinstance(m, nn.Linear))
+    for name in ("addmm", "aten::addmm", "aten::addmm.default"):
+        assert inv.modules_of(name) == linears, name
+    assert inv.modules_of("aten::fft_rfft") == []
+
+
+def test_the_list_puts_forward_first_then_sorts_by_module_and_op() -> None:
+    _, inv = _mlp_step()
+    listed = inv.to_list()
+    assert len(listed) == len(inv.records)
+    keys = [(r["phase"] != "forward", r["module"], r["op"]) for r in listed]
+    assert keys == sorted(keys) and listed[0]["phase"] == "forward" and listed[-1]["phase"] == "backward"
+    first = listed[0]
+    assert set(first) == {"op", "module", "phase", "calls", "dtypes", "layouts", "nested", "under_transform"}
+    assert isinstance(first["dtypes"], list) and first["dtypes"] == sorted(first["dtypes"])
+
+
+class Unusual(nn.Module):
+    """A float64 op in a submodule, a sparse tensor and a nested tensor at the root, an op under vmap."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.wide = Wide()
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y = self.wide(x)
+        s = torch.eye(3).to_sparse()
+        y = torch.sparse.mm(s, y)
+        nested = torch.nested.nested_tensor([torch.ones(2), torch.ones(3)])
+        _ = nested * 2
+        out: torch.Tensor = torch.func.vmap(torch.cos)(y)
+        return out
+
+
+class Wide(nn.Module):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return (x.double() * 2).float()
+
+
+@pytest.mark.filterwarnings("ignore:The PyTorch API of nested tensors is in prototype stage")
+def test_layouts_nesting_float64_and_transforms_are_noted() -> None:
+    model = Unusual()
+    with inventory.recording(model) as inv:
+        model(torch.ones(3, 3))
+    wide = [r for r in inv.records if r.module == "wide"]
+    assert any("float64" in r.dtypes for r in wide) and all(r.phase == "forward" for r in wide)
+    assert any(r.layouts == {"sparse_coo"} and r.module == inventory.ROOT for r in inv.records)
+    assert any(r.nested for r in inv.records)
+    transformed = [r for r in inv.records if r.under_transform]
+    assert transformed and all(r.module == inventory.ROOT for r in transformed)
+    assert any("cos" in r.op for r in transformed)
+
+
+def test_op_names_and_their_normal_form() -> None:
+    assert inventory.op_name(torch.ops.aten.add.Tensor) == "aten::add.Tensor"
+    assert inventory.op_name(torch.ops.aten.addmm.default) == "aten::addmm.default"
+    assert inventory.normalize("aten::add.Tensor") == inventory.normalize("add") == "add"
+    record = inventory.OpRecord("aten::mul.Tensor", "fc", "backward", 3, {"float32", "bfloat16"})
+    assert record.to_dict()["dtypes"] == ["bfloat16", "float32"] and record.to_dict()["calls"] == 3

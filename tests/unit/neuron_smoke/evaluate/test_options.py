@@ -1,0 +1,93 @@
+"""neuron_smoke.evaluate.options: the evaluation's arguments and the hand-over to run.evaluate (usage errors first)."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+from typing import Any
+
+import pytest
+from neuron_smoke import EXIT_USAGE
+from neuron_smoke.context import Options
+from neuron_smoke.evaluate import options, run
+from neuron_smoke.evaluate.tensors import DEFAULT_FULL_LIMIT
+
+MLP = "neuron_smoke.examples.mlp:factory"
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="verify-device")
+    p.add_argument("--report", type=Path)  # cli.py's own option, which run_evaluation reads too
+    options.add_arguments(p)
+    return p
+
+
+def test_the_arguments_parse_and_request_the_evaluation(tmp_path: Path) -> None:
+    args = _parser().parse_args(["--record", str(tmp_path / "b"), "--full-tensor-limit", "64"])
+    assert args.record == tmp_path / "b" and args.full_tensor_limit == 64 and args.baseline is None
+    assert options.evaluation_requested(args)
+    assert options.evaluation_requested(_parser().parse_args(["--shapes", "1x8"]))
+    assert not options.evaluation_requested(_parser().parse_args(["--eval-report", str(tmp_path)]))
+
+
+@pytest.mark.parametrize("value", ["0", "-3"])
+def test_a_tensor_limit_below_one_is_refused(value: str, capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exc:
+        _parser().parse_args(["--full-tensor-limit", value])
+    assert exc.value.code == EXIT_USAGE
+    assert f"must be > 0: {value}" in capsys.readouterr().err
+
+
+def _capture_evaluate(monkeypatch: pytest.MonkeyPatch) -> list[tuple[run.EvalOptions, Any]]:
+    calls: list[tuple[run.EvalOptions, Any]] = []
+
+    def fake(opts: run.EvalOptions, spec: Any) -> int:
+        calls.append((opts, spec))
+        return 7
+
+    monkeypatch.setattr(run, "evaluate", fake)
+    return calls
+
+
+def test_the_options_reach_evaluate_with_the_defaults_filled_in(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    calls = _capture_evaluate(monkeypatch)
+    args = _parser().parse_args(["--baseline", str(tmp_path), "--shapes", "2x32,4x32", "--report", "r.json"])
+    assert options.run_evaluation(Options(device="cpu", model=MLP, iterations=4, warmup=1), args) == 7
+    [(opts, spec)] = calls
+    assert (opts.device, opts.baseline, opts.record, opts.report) == ("cpu", tmp_path, None, Path("r.json"))
+    assert opts.shapes == [(2, 32), (4, 32)] and (opts.iterations, opts.warmup) == (4, 1)
+    assert opts.rtol == options.EVAL_RTOL and opts.full_tensor_limit == DEFAULT_FULL_LIMIT
+    assert spec.name == MLP
+    args = _parser().parse_args(["--record", str(tmp_path), "--full-tensor-limit", "9"])
+    options.run_evaluation(Options(device="cpu", model=MLP, model_rtol=0.25, compile_backend="eager"), args)
+    assert (calls[1][0].rtol, calls[1][0].full_tensor_limit, calls[1][0].compile_backend) == (0.25, 9, "eager")
+    assert calls[1][0].shapes is None
+
+
+@pytest.mark.parametrize(
+    ("argv", "model", "message"),
+    [
+        (["--record", "a", "--baseline", "b"], MLP, "--record and --baseline: record a baseline first"),
+        (["--record", "a"], None, "--record/--baseline/--shapes need --model PACKAGE.MODULE:FACTORY"),
+        (["--shapes", "8xq"], MLP, "--shapes: '8xq' is not a shape"),
+        (
+            ["--record", "a"],
+            "neuron_smoke.examples.mlp:nothing_here",
+            "neuron_smoke.examples.mlp has no callable 'nothing_here'",
+        ),
+    ],
+)
+def test_usage_errors_exit_2_with_the_message_and_evaluate_nothing(
+    argv: list[str],
+    model: str | None,
+    message: str,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    calls = _capture_evaluate(monkeypatch)
+    assert options.run_evaluation(Options(device="cpu", model=model), _parser().parse_args(argv)) == EXIT_USAGE
+    err = capsys.readouterr().err
+    assert err.startswith("verify-device: error: ") and message in err
+    assert calls == []

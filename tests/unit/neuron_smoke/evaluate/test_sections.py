@@ -1,0 +1,194 @@
+"""neuron_smoke.evaluate.sections: the report's sections from the JSON data alone, per mode and per finding."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from neuron_smoke.evaluate import plots, sections
+
+
+def _readiness(**changes: Any) -> dict[str, Any]:
+    found = {"unsupported": [], "float64": [], "fallback": [], "fallback_tracked": False, "compile_failure": None}
+    return {**found, "findings": 0, "compile_tried": False, "untied": [], **changes}
+
+
+def _scan_data(**changes: Any) -> dict[str, Any]:
+    """What a scan (no baseline, on the CPU) writes: no tensors compared."""
+    data = {
+        "mode": "scan",
+        "model": {"name": "mlp", "class": "m.MLP", "parameters": 12345},
+        "device": {"backend": "cpu", "compile_backend": "aot_eager"},
+        "versions": {"torch": "2.13.0", "torch-neuronx": "not installed"},
+        "rtol": 1e-3,
+        "exit_code": 0,
+        "timing": {"first_call_s": 0.5, "p50_ms": 1.0, "p95_ms": 2.0, "iterations": 10},
+        "readiness": _readiness(),
+        "inventory": [
+            {"op": "aten::addmm.default", "module": "fc1", "calls": 1, "dtypes": ["float32"]},
+            {"op": "aten::addmm.default", "module": "fc2", "calls": 2, "dtypes": ["float32"]},
+            {"op": "aten::gelu.default", "module": "act", "calls": 1, "dtypes": ["bfloat16"]},
+        ],
+    }
+    return {**data, **changes}
+
+
+def _row(
+    tensor: str, cpu: float, base: float | None, ok: bool = True, shape: list[int] | None = None
+) -> dict[str, Any]:
+    return {
+        "tensor": tensor,
+        "shape": [2, 3] if shape is None else shape,
+        "vs_cpu": cpu,
+        "vs_baseline": base,
+        "cpu_vs_baseline": base,
+        "source": "-" if ok else "device",
+        "ok": ok,
+    }
+
+
+def _compare_data() -> dict[str, Any]:
+    tensors = [
+        _row("loss", 0.0, 0.0, shape=[]),
+        _row("grad/fc1.weight", 0.5, 0.0, ok=False),
+        _row("act/fc1/out/0", 9, 9),
+    ]
+    return _scan_data(
+        mode="compare",
+        tensors=tensors,
+        origins={"baseline": [], "cpu": [{"call": "fc1", "layer": "fc1", "input_error": 0.0, "output_error": 0.5}]},
+        layers=[{"layer": "fc1", "tensors": 2, "grad_vs_cpu": 0.5, "worst_vs_cpu": 0.5, "worst_vs_baseline": 0.0}],
+        baseline={
+            "path": "/b",
+            "started": "2026-01-01T00:00:00+00:00",
+            "device": {"backend": "cuda"},
+            "versions": {"torch": "2.9.0"},
+            "timing": {"first_call_s": 0.1, "p50_ms": 0.3, "p95_ms": 0.4, "iterations": 5},
+        },
+    )
+
+
+def _titles(data: dict[str, Any]) -> list[str]:
+    return [s.title for s in sections.build_sections(data)]
+
+
+def test_a_scan_has_no_comparison_sections() -> None:
+    assert _titles(_scan_data()) == [
+        "Summary",
+        "Timing (forward, loss, backward)",
+        "Readiness",
+        "Op inventory (one step, forward and backward)",
+    ]
+
+
+def test_a_comparison_names_the_baseline_and_where_errors_start() -> None:
+    found = {s.title: s for s in sections.build_sections(_compare_data())}
+    assert list(found)[1:4] == ["Where errors start", "Per layer", "Per tensor"]
+    summary = " ".join(found["Summary"].text)
+    assert "Mode compare; model mlp (m.MLP, 12,345 parameters); device cpu (compile backend aot_eager)" in summary
+    assert "Baseline /b: recorded 2026-01-01T00:00:00+00:00 on cuda with torch 2.9.0." in summary
+    assert "3 tensors compared; 1 beyond rtol 0.001." in summary
+    assert found["Where errors start"].rows == [["baseline", "none", None, None], ["cpu", "fc1", 0.0, 0.5]]
+    assert found["Per layer"].rows == [["fc1", None, None, None, 0.5, None, None]]
+    timing = found["Timing (forward, loss, backward)"].rows
+    assert timing == [["this run", "cpu", 0.5, 1.0, 2.0, 10], ["baseline", "cuda", 0.1, 0.3, 0.4, 5]]
+
+
+def test_the_tensor_table_leaves_out_activations_and_shows_the_worst_first() -> None:
+    table = {s.title: s for s in sections.build_sections(_compare_data())}["Per tensor"]
+    assert [r[0] for r in table.rows] == ["grad/fc1.weight", "loss"]  # the activation (error 9) is in the JSON only
+    assert table.rows[0][1:] == ["2x3", 0.0, 0.5, 0.0, "device", "FAIL"]
+    assert table.rows[1][1] == "scalar" and table.rows[1][-1] == "ok"
+    many = _compare_data()
+    many["tensors"] = [_row(f"grad/w{i}", i / 1000, None) for i in range(sections.MAX_TENSOR_ROWS + 5)]
+    rows = {s.title: s for s in sections.build_sections(many)}["Per tensor"].rows
+    assert len(rows) == sections.MAX_TENSOR_ROWS and rows[0][0] == f"grad/w{sections.MAX_TENSOR_ROWS + 4}"
+
+
+def test_readiness_lists_every_finding_or_says_nothing_was_found() -> None:
+    clean = {s.title: s for s in sections.build_sections(_scan_data())}["Readiness"]
+    assert "Nothing found." in clean.text and clean.headers == [] and clean.rows == []
+    assert "CPU fallback is not tracked on cpu; run on the neuron device." in clean.text
+    assert any("pass --shapes" in t for t in clean.text)
+    r = _readiness(
+        unsupported=[{"area": "fft", "op": "aten::fft_rfft", "module": "spec", "calls": 2}],
+        float64=[{"what": "buffer", "name": "scale", "module": "(root)"}],
+        fallback=[{"op": "aten::gelu", "module": "act", "calls": 3}],
+        fallback_tracked=True,
+        compile_tried=True,
+        compile_failure={"error": "RuntimeError: no lowering", "ops": {"aten::fft_rfft": ["spec", "head"]}},
+        untied=["b.weight was untied from a.weight"],
+    )
+    found = {s.title: s for s in sections.build_sections(_scan_data(readiness=r))}
+    section = found["Readiness"]
+    assert section.rows == [
+        ["unsupported area: fft", "aten::fft_rfft", "spec", 2],
+        ["float64 runs as float32", "buffer scale", "(root)", None],
+        ["fell back to CPU", "aten::gelu", "act", 3],
+        ["tied weights untied by .to(device)", "b.weight was untied from a.weight", None, None],
+    ]
+    assert section.text == ["torch.compile failed: RuntimeError: no lowering (aten::fft_rfft in spec, head)."]
+    assert "Fallback ops by module" in found  # a plot of the fallback rows follows
+
+
+def _sweep() -> dict[str, Any]:
+    rows = [
+        {"shape": "1x8", "compiled_graphs": 1, "first_call_s": 2.0, "compile_s": 1.9, "steady_p50_ms": 0.1},
+        {"shape": "2x8", "compiled_graphs": 1, "first_call_s": 1.0, "compile_s": 0.9, "steady_p50_ms": 0.2},
+    ]
+    return {
+        "shapes": rows,
+        "compiles": 2,
+        "recompiles": 1,
+        "distinct_shapes": 2,
+        "device_compiles": None,
+        "failed_at": "4x8",
+        "buckets": {"note": "padding to buckets would not save compiles"},
+    }
+
+
+def test_the_sweep_section_tells_the_compiles_and_where_it_failed() -> None:
+    section = {s.title: s for s in sections.build_sections(_scan_data(sweep=_sweep()))}[
+        "Shape sweep (torch.compile, dynamic=False)"
+    ]
+    assert section.text[0] == "torch.compile failed at shape 4x8; see Readiness."
+    assert section.text[1].startswith("2 graph(s) compiled for 2 distinct shape(s) (1 recompile(s)); device compile")
+    assert section.text[1].endswith("padding to buckets would not save compiles.")
+    assert section.rows == [
+        [r["shape"], 1, r["first_call_s"], r["compile_s"], r["steady_p50_ms"]] for r in _sweep()["shapes"]
+    ]
+
+
+def test_the_inventory_sums_calls_per_op_across_modules_most_called_first() -> None:
+    data = _scan_data()
+    data["inventory"] += [
+        {"op": "aten::addmm.default", "module": f"m{i}", "calls": 1, "dtypes": ["float64"]} for i in range(4)
+    ]
+    section = sections.build_sections(data)[-1]
+    assert section.text == ["2 distinct ops, 8 calls; per module in the JSON (`inventory`)."]
+    assert section.rows == [
+        ["aten::addmm.default", 7, "float32, float64", "fc1, fc2, m0, m1 (+2)"],
+        ["aten::gelu.default", 1, "bfloat16", "act"],
+    ]
+
+
+@pytest.mark.parametrize("available", [True, False])
+def test_plots_are_attached_when_matplotlib_is_there(available: bool, monkeypatch: pytest.MonkeyPatch) -> None:
+    if available:
+        pytest.importorskip("matplotlib")
+    monkeypatch.setattr(plots, "available", lambda: available)
+    data = _compare_data()
+    data["sweep"] = _sweep()
+    data["readiness"] = _readiness(fallback=[{"op": "aten::gelu", "module": "act", "calls": 3}])
+    found = {s.title: s for s in sections.build_sections(data)}
+    images = {title: s.image[0] for title, s in found.items() if s.image is not None}
+    if available:
+        assert images == {
+            "Per layer": "report-layers.png",
+            "Fallback ops by module": "report-fallback.png",
+            "Shape sweep (torch.compile, dynamic=False)": "report-sweep.png",
+        }
+        assert all(s.image[1].startswith(b"\x89PNG") for s in found.values() if s.image is not None)
+    else:
+        assert images == {}
+        assert any("Plots omitted: matplotlib is not installed" in t for t in found["Summary"].text)
