@@ -221,10 +221,10 @@ def test_smoke_tests_are_deployed_as_one_archive_idempotently_and_an_edit_is_dep
     assert oct((deployed / "neuron_smoke").stat().st_mode & 0o777) == "0o755"
     assert oct((deployed / "README.md").stat().st_mode & 0o777) == "0o644"
     assert converge() == 0
-    edited = source / "neuron_smoke" / "pins.py"
+    edited = source / "neuron_smoke" / "output.py"
     edited.write_text(edited.read_text() + "# edited on the controller\n")
     assert converge() == 1
-    assert (deployed / "neuron_smoke" / "pins.py").read_text().endswith("# edited on the controller\n")
+    assert (deployed / "neuron_smoke" / "output.py").read_text().endswith("# edited on the controller\n")
     assert not list(scratch.iterdir()), "the controller's archive folder was left behind"
 
 

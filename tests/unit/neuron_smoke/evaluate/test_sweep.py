@@ -10,10 +10,6 @@ from neuron_smoke.evaluate import sweep
 from torch import nn
 
 
-def test_shapes_parse_with_spaces_either_x_and_a_trailing_comma() -> None:
-    assert sweep.parse_shapes(" 1x128, 8X128 ,16,") == [(1, 128), (8, 128), (16,)]
-
-
 def test_a_float_input_is_redrawn_at_the_shape_seeded_and_in_its_dtype() -> None:
     example = ((torch.zeros(2, 3, dtype=torch.bfloat16), torch.ones(1)), {"scale": 2.0})
     args, kwargs = sweep.inputs_for(example, (5, 3), seed=7)
