@@ -1,11 +1,14 @@
 # neuron-torch: one cell of the release as a container image (TorchNeuron venv, Neuron runtime, smoke tests).
 # Build it with `neuron-torch build image --cell ID`: every ARG below comes from constraints/matrix.toml
 # (`--dry-run` prints them) and the cell's hash lock; a bare `docker build` fails on purpose.
-# Stages: keyring (verified apt key) -> python (the cell's interpreter) -> venv (hash-locked pip install)
-# -> runtime (non-root, no toolchain, no caches). The smoke tests are copied last so editing them rebuilds one layer.
+# Stages: keyring (verified apt key) -> python (the cell's interpreter, from its route's stage: python-distro or
+# python-uv-standalone) -> venv (hash-locked pip install) -> runtime (non-root, no toolchain, no caches). The smoke
+# tests are copied last so editing them rebuilds one layer.
 # A CA bundle for TLS-intercepting proxies is only ever a build secret (`--secret id=ca,src=FILE`), never a layer.
 
 ARG BASE_IMAGE=missing-build-arg-base-image
+# The cell's Python route, which names the python-<route> stage the build uses: distro or uv-standalone.
+ARG PYTHON_ROUTE=missing-build-arg-python-route
 
 FROM ${BASE_IMAGE} AS os
 SHELL ["/bin/bash", "-o", "pipefail", "-c"]
@@ -27,39 +30,50 @@ RUN --mount=type=secret,id=ca \
     && /usr/local/lib/neuron-torch/aptkey.sh --expect "$APT_KEY_FINGERPRINT" --source "$APT_KEY_URL" \
          --keyring /neuron.gpg /tmp/key.asc
 
-# The cell's Python: the distro's own (route "distro"), or a standalone CPython installed by a pinned, hash-checked
-# uv (route "uv-standalone", python-build-standalone, installed under /opt/neuron-torch/python). uv reads where
-# interpreters come from out of UV_PYTHON_DOWNLOADS_JSON_URL / UV_PYTHON_INSTALL_MIRROR (mirror settings); empty
-# means its built-in list.
-FROM os AS python
+# The cell's Python, one stage per route (PYTHON_ROUTE, the cell record's python_route); BuildKit builds only the
+# stage the route names. Each stage links the interpreter as /usr/local/bin/neuron-torch-python.
+# Route "distro": the OS's own python3.X and python3.X-venv.
+FROM os AS python-distro
 SHELL ["/bin/bash", "-o", "pipefail", "-c"]
 ARG PYTHON
-ARG PYTHON_ROUTE
+RUN --mount=type=secret,id=ca \
+    /usr/local/lib/neuron-torch/apt-install.sh "python${PYTHON}" "python${PYTHON}-venv" \
+    && ln -s "/usr/bin/python${PYTHON}" /usr/local/bin/neuron-torch-python
+
+# Route "uv-standalone": a standalone CPython (python-build-standalone) installed under /opt/neuron-torch/python by a
+# pinned, hash-checked uv. uv reads where interpreters come from out of UV_PYTHON_DOWNLOADS_JSON_URL /
+# UV_PYTHON_INSTALL_MIRROR (mirror settings); empty means its built-in list.
+FROM os AS python-uv-standalone
+SHELL ["/bin/bash", "-o", "pipefail", "-c"]
+ARG PYTHON
 ARG UV_VERSION
 ARG UV_SHA256
 ARG UV_PYTHON_DOWNLOADS_JSON_URL=""
 ARG UV_PYTHON_INSTALL_MIRROR=""
 ARG PYPI_INDEX_URL
 RUN --mount=type=secret,id=ca \
-    if [ "$PYTHON_ROUTE" = distro ]; then \
-      /usr/local/lib/neuron-torch/apt-install.sh "python${PYTHON}" "python${PYTHON}-venv" \
-      && ln -s "/usr/bin/python${PYTHON}" /usr/local/bin/neuron-torch-python; \
-    elif [ "$PYTHON_ROUTE" = uv-standalone ]; then \
-      /usr/local/lib/neuron-torch/apt-install.sh python3 python3-venv ca-certificates \
-      && if [ -s /run/secrets/ca ]; then export PIP_CERT=/run/secrets/ca SSL_CERT_FILE=/run/secrets/ca; fi \
-      && python3 -m venv /tmp/uv \
-      && echo "uv==${UV_VERSION} --hash=sha256:${UV_SHA256}" > /tmp/uv-lock.txt \
-      && PIP_CONFIG_FILE=/dev/null /tmp/uv/bin/pip install --disable-pip-version-check --no-cache-dir \
-           --require-hashes --no-deps --index-url "$PYPI_INDEX_URL" -r /tmp/uv-lock.txt \
-      && export UV_PYTHON_INSTALL_DIR=/opt/neuron-torch/python \
-      && if [ -z "$UV_PYTHON_DOWNLOADS_JSON_URL" ]; then unset UV_PYTHON_DOWNLOADS_JSON_URL; fi \
-      && if [ -z "$UV_PYTHON_INSTALL_MIRROR" ]; then unset UV_PYTHON_INSTALL_MIRROR; fi \
-      && /tmp/uv/bin/uv python install --no-cache --no-bin "$PYTHON" \
-      && ln -s "$(/tmp/uv/bin/uv python find --python-preference only-managed "$PYTHON")" \
-           /usr/local/bin/neuron-torch-python \
-      && rm -rf /tmp/uv /tmp/uv-lock.txt; \
-    else echo "unknown PYTHON_ROUTE '$PYTHON_ROUTE'" >&2; exit 1; fi \
-    && mkdir -p /opt/neuron-torch/python \
+    /usr/local/lib/neuron-torch/apt-install.sh python3 python3-venv ca-certificates \
+    && if [ -s /run/secrets/ca ]; then export PIP_CERT=/run/secrets/ca SSL_CERT_FILE=/run/secrets/ca; fi \
+    && python3 -m venv /tmp/uv \
+    && echo "uv==${UV_VERSION} --hash=sha256:${UV_SHA256}" > /tmp/uv-lock.txt \
+    && PIP_CONFIG_FILE=/dev/null /tmp/uv/bin/pip install --disable-pip-version-check --no-cache-dir \
+         --require-hashes --no-deps --index-url "$PYPI_INDEX_URL" -r /tmp/uv-lock.txt \
+    && export UV_PYTHON_INSTALL_DIR=/opt/neuron-torch/python \
+    && if [ -z "$UV_PYTHON_DOWNLOADS_JSON_URL" ]; then unset UV_PYTHON_DOWNLOADS_JSON_URL; fi \
+    && if [ -z "$UV_PYTHON_INSTALL_MIRROR" ]; then unset UV_PYTHON_INSTALL_MIRROR; fi \
+    && /tmp/uv/bin/uv python install --no-cache --no-bin "$PYTHON" \
+    && ln -s "$(/tmp/uv/bin/uv python find --python-preference only-managed "$PYTHON")" \
+         /usr/local/bin/neuron-torch-python \
+    && rm -rf /tmp/uv /tmp/uv-lock.txt
+
+# The cell's route, whichever it is: /opt/neuron-torch/python exists (empty on the distro route: the runtime stage
+# copies it) and the interpreter runs. An unknown route has no stage: BuildKit stops at this FROM, looking for an
+# image named python-<route> (`neuron-torch build image` never gets that far: the matrix refuses any other route).
+# hadolint takes the name for an untagged image; it is one of the stages above.
+# hadolint ignore=DL3006
+FROM python-${PYTHON_ROUTE} AS python
+SHELL ["/bin/bash", "-o", "pipefail", "-c"]
+RUN mkdir -p /opt/neuron-torch/python \
     && neuron-torch-python --version
 
 # The venv, filled only from the cell's hash lock, then checked, by neuron_cell (src/neuron_cell: the code that runs

@@ -15,6 +15,7 @@ locals {
   } : name => version if version != null }
   apt_pins  = merge(local.cell.apt_host, local.cell.apt)
   lock_file = var.lock_file != "" ? var.lock_file : local.cell.lock
+  lock_path = abspath("${var.repo_root}/${local.lock_file}")
 
   build_dir = "${var.repo_root}/${var.build_dir}/${var.cell_id}"
   timestamp = formatdate("YYYYMMDDhhmmss", timestamp())
@@ -45,12 +46,32 @@ locals {
   playbook_vars = merge(
     {
       neuron_cell         = var.cell_id
-      neuron_lock_file    = abspath("${var.repo_root}/${local.lock_file}")
+      neuron_lock_file    = local.lock_path
       neuron_release_vars = abspath("${var.repo_root}/${var.ansible_vars_file}")
       neuron_repo_root    = abspath(var.repo_root)
     },
     var.ansible_extra_vars,
   )
+
+  # What the two sources do differently, as data keyed by source type: each provisioner below is written once and
+  # takes its source's entry (local.as_root[source.type]). The AMI's login user is not root: scripts on the target
+  # run under sudo -E (which keeps their environment_vars); in the container they already run as root.
+  as_root = {
+    "amazon-ebs" = "sudo -E "
+    docker       = ""
+  }
+  # The testinfra suite's settings for every run; each run adds its target and phase. Ansible provisioned the
+  # container exactly as it provisions an AMI: both are checked as a host.
+  testinfra_env = [
+    "RUN_TESTINFRA=${var.run_testinfra}",
+    "TESTINFRA_PYTHON=${var.testinfra_python}",
+    "TESTINFRA_TARGET=host",
+    "CELL_FILE=${abspath(var.cell_file)}",
+    "LOCK_FILE=${local.lock_path}",
+    "REPORT_DIR=${local.build_dir}",
+  ]
+  # Over SSH the only host key testinfra.sh trusts: the instance's, downloaded through Packer's own session.
+  testinfra_host_key = "TESTINFRA_HOST_KEY_FILE=${local.build_dir}/ssh_host_ed25519_key.pub"
 }
 
 source "docker" "local" {
@@ -110,15 +131,8 @@ build {
 
   # What is installed, as data: /etc/neuron-torch/version-info.json, kept as a build artifact below.
   provisioner "shell" {
-    only            = ["docker.local"]
     script          = "${var.repo_root}/images/scripts/version-info.sh"
-    execute_command = "chmod +x {{ .Path }}; {{ .Vars }} {{ .Path }}"
-  }
-
-  provisioner "shell" {
-    only            = ["amazon-ebs.ubuntu"]
-    script          = "${var.repo_root}/images/scripts/version-info.sh"
-    execute_command = "chmod +x {{ .Path }}; sudo -E {{ .Vars }} {{ .Path }}"
+    execute_command = "chmod +x {{ .Path }}; ${local.as_root[source.type]}{{ .Vars }} {{ .Path }}"
   }
 
   provisioner "file" {
@@ -139,81 +153,49 @@ build {
 
   provisioner "shell-local" {
     only = ["amazon-ebs.ubuntu"]
-    environment_vars = [
-      "TESTINFRA_HOST_KEY_FILE=${local.build_dir}/ssh_host_ed25519_key.pub",
-      "RUN_TESTINFRA=${var.run_testinfra}",
-      "TESTINFRA_PYTHON=${var.testinfra_python}",
+    environment_vars = concat(local.testinfra_env, [
       "TESTINFRA_HOSTS=ssh://${build.User}@${build.Host}:${build.Port}",
       "TESTINFRA_SSH_KEY=${build.SSHPrivateKey}",
-      "TESTINFRA_TARGET=host",
+      local.testinfra_host_key,
       "TESTINFRA_SSH_MASTER=keep",
       "TESTINFRA_JUNIT=testinfra-before-cleanup.xml",
-      "CELL_FILE=${abspath(var.cell_file)}",
-      "LOCK_FILE=${abspath("${var.repo_root}/${local.lock_file}")}",
-      "REPORT_DIR=${local.build_dir}",
-    ]
+    ])
     script = "${var.repo_root}/images/scripts/testinfra.sh"
   }
 
-  # verify-device on the build instance when it has a Neuron device, with the venv's Python (sudo resets the
-  # environment: without NEURON_TORCH_PYTHON it would fall back to the system python3, which has no torch).
+  # verify-device on the build instance when it has a Neuron device (the script says how it is run, and why).
   provisioner "shell" {
-    only = ["amazon-ebs.ubuntu"]
-    inline = [
-      "if ls /dev/neuron* >/dev/null 2>&1; then sudo NEURON_TORCH_PYTHON=/opt/neuron-torch/venv/bin/python PATH=/opt/aws/neuron/bin:/opt/neuron-torch/venv/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin LD_LIBRARY_PATH=/opt/aws/neuron/lib /usr/local/bin/verify-device --device neuron; else echo 'verify-device: skipped, no Neuron device on this ${var.instance_type} build instance'; fi",
-    ]
+    only             = ["amazon-ebs.ubuntu"]
+    script           = "${var.repo_root}/images/scripts/verify-on-device.sh"
+    environment_vars = ["INSTANCE_TYPE=${var.instance_type}"]
   }
 
   # Last: what must not be captured goes (machine-id, host keys, the build's authorized key, cloud-init state, logs,
-  # caches, build reports). Nothing may run on the target after this.
+  # caches, build reports). Nothing may run on the target after this. BUILD_USER: the login whose authorized_keys,
+  # caches and history go: the AMI's SSH user; in the container, var.ssh_username (the name an AMI's login has).
   provisioner "shell" {
-    only             = ["docker.local"]
-    script           = "${var.repo_root}/images/scripts/cleanup.sh"
-    environment_vars = ["BUILD_USER=${var.ssh_username}"]
-    execute_command  = "chmod +x {{ .Path }}; {{ .Vars }} {{ .Path }}"
+    script = "${var.repo_root}/images/scripts/cleanup.sh"
+    environment_vars = {
+      "amazon-ebs" = ["BUILD_USER=${build.User}"]
+      docker       = ["BUILD_USER=${var.ssh_username}"]
+    }[source.type]
+    execute_command = "chmod +x {{ .Path }}; ${local.as_root[source.type]}{{ .Vars }} {{ .Path }}"
   }
 
-  provisioner "shell" {
-    only             = ["amazon-ebs.ubuntu"]
-    script           = "${var.repo_root}/images/scripts/cleanup.sh"
-    environment_vars = ["BUILD_USER=${build.User}"]
-    execute_command  = "chmod +x {{ .Path }}; sudo -E {{ .Vars }} {{ .Path }}"
-  }
-
-  # The shared testinfra suite on the final state of both sources, hygiene checks included (--captured). docker exec
-  # needs no key; the AMI's run goes over the SSH master connection opened by the run before the cleanup (the cleanup
-  # removed the key and host keys a new connection would need, not the connection) and closes it.
+  # The shared testinfra suite on the final state of both sources, hygiene checks included (--captured).
   provisioner "shell-local" {
-    only = ["amazon-ebs.ubuntu"]
-    environment_vars = [
-      "TESTINFRA_HOST_KEY_FILE=${local.build_dir}/ssh_host_ed25519_key.pub",
-      "RUN_TESTINFRA=${var.run_testinfra}",
-      "TESTINFRA_PYTHON=${var.testinfra_python}",
-      "TESTINFRA_HOSTS=ssh://${build.User}@${build.Host}:${build.Port}",
-      "TESTINFRA_SSH_KEY=${build.SSHPrivateKey}",
-      "TESTINFRA_TARGET=host",
-      "TESTINFRA_SSH_MASTER=reuse",
-      "TESTINFRA_CAPTURED=true",
-      "CELL_FILE=${abspath(var.cell_file)}",
-      "LOCK_FILE=${abspath("${var.repo_root}/${local.lock_file}")}",
-      "REPORT_DIR=${local.build_dir}",
-    ]
-    script = "${var.repo_root}/images/scripts/testinfra.sh"
-  }
-
-  provisioner "shell-local" {
-    only = ["docker.local"]
-    environment_vars = [
-      "RUN_TESTINFRA=${var.run_testinfra}",
-      "TESTINFRA_PYTHON=${var.testinfra_python}",
-      "TESTINFRA_HOSTS=docker://${build.ID}",
-      # Ansible provisioned this container exactly as it provisions an AMI: it is checked as a host.
-      "TESTINFRA_TARGET=host",
-      "TESTINFRA_CAPTURED=true",
-      "CELL_FILE=${abspath(var.cell_file)}",
-      "LOCK_FILE=${abspath("${var.repo_root}/${local.lock_file}")}",
-      "REPORT_DIR=${local.build_dir}",
-    ]
+    environment_vars = concat(local.testinfra_env, ["TESTINFRA_CAPTURED=true"], {
+      # Over the SSH master connection opened by the run before the cleanup (the cleanup removed the key and host
+      # keys a new connection would need, not the connection), which this run closes.
+      "amazon-ebs" = [
+        "TESTINFRA_HOSTS=ssh://${build.User}@${build.Host}:${build.Port}",
+        "TESTINFRA_SSH_KEY=${build.SSHPrivateKey}",
+        local.testinfra_host_key,
+        "TESTINFRA_SSH_MASTER=reuse",
+      ]
+      # docker exec needs no key.
+      docker = ["TESTINFRA_HOSTS=docker://${build.ID}"]
+    }[source.type])
     script = "${var.repo_root}/images/scripts/testinfra.sh"
   }
 

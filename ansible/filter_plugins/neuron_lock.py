@@ -5,19 +5,30 @@ The python_env role decides with them whether the lock needs installing; install
 (src/neuron_cell: the roles run from a checkout), imported as a package: the lock read by neuron_cell.locktext,
 installed versions compared with the locked ones by PEP 440 (neuron_cell.pins, never as strings), a cell record
 passed on only when neuron_cell.cellrecord finds it of the schema this checkout reads. `neuron_cell_kit` names the
-controller's neuron_cell folder and its digest, for the roles that copy it to hosts.
+controller's neuron_cell folder and its digest, for the roles that copy it to hosts. `neuron_checkout` names what the
+roles and playbooks take from the controller's checkout (CHECKOUT_PATHS): no role default spells a path into it.
 """
 
 from __future__ import annotations
 
 import functools
 import importlib
+import os
 import sys
 from pathlib import Path
 from types import ModuleType
 from typing import Any
 
-_CHECKOUT_SRC = Path(__file__).resolve().parents[2] / "src"
+_CHECKOUT = Path(__file__).resolve().parents[2]
+_CHECKOUT_SRC = _CHECKOUT / "src"
+# What the roles and playbooks take from the controller's checkout, relative to it.
+CHECKOUT_PATHS = {
+    "src": "src",  # neuron_torch, which runs the lock gate on the controller (PYTHONPATH)
+    "key_check": "src/neuron_torch/aptkey.sh",  # the one apt key fingerprint check (image, bundle, neuron_repo)
+    "smoke_tests": "smoke_tests",  # verify-device's stages, copied to hosts by neuron_verify
+    "verify_script": "scripts/verify-device.sh",
+    "state": ".neuron-torch",  # the controller's reports and fleet summaries
+}
 
 
 @functools.cache
@@ -69,6 +80,14 @@ def neuron_cell_kit(name: str) -> dict[str, str]:
     return {"path": str(kit.HOME), "digest": kit.digest()}
 
 
+def neuron_checkout(root: str | None) -> dict[str, str]:
+    """{root, and each CHECKOUT_PATHS name: its path} of the controller's checkout
+    (`neuron_repo_root | default(none) | neuron_checkout`): `root` when given (neuron_repo_root, a user's override),
+    else the checkout this plugin belongs to (wherever the playbook that loads it lives)."""
+    base = str(root) if root else str(_CHECKOUT)
+    return {"root": base, **{name: os.path.join(base, path) for name, path in CHECKOUT_PATHS.items()}}
+
+
 class FilterModule:
     def filters(self) -> dict[str, Any]:
         return {
@@ -76,4 +95,5 @@ class FilterModule:
             "neuron_lock_missing": neuron_lock_missing,
             "neuron_cell_record": neuron_cell_record,
             "neuron_cell_kit": neuron_cell_kit,
+            "neuron_checkout": neuron_checkout,
         }

@@ -166,6 +166,18 @@ def test_lock_filters_find_what_the_venv_lacks() -> None:
     assert filters.neuron_lock_missing(LOCK, installed) == ["torch-neuronx==2.13.3.0.1871"]
 
 
+def test_the_roles_take_the_checkout_s_paths_from_the_checkout_filter() -> None:
+    """neuron_checkout names every path the roles take from the controller's checkout: in this checkout by default,
+    under neuron_repo_root when a user sets it; no role default or task finds the checkout by itself."""
+    filters = _lock_filters()
+    here = filters.neuron_checkout(None)
+    assert Path(here["root"]) == REPO.resolve() and set(here) == {"root", *filters.CHECKOUT_PATHS}
+    assert all(Path(path).exists() for name, path in here.items() if name != "state"), here
+    assert filters.neuron_checkout("/srv/nt")["key_check"] == "/srv/nt/src/neuron_torch/aptkey.sh"
+    for path in [*ANSIBLE.glob("roles/*/defaults/*.yml"), *ANSIBLE.glob("roles/*/tasks/*.yml")]:
+        assert "playbook_dir" not in path.read_text(), f"{path} finds the checkout itself: use neuron_checkout"
+
+
 # --- neuron_verify: the smoke tests as one archive ----------------------------------------------------------------
 
 INSTALL_PLAY = """---

@@ -20,12 +20,12 @@ from pathlib import Path
 
 import pytest
 
-from neuron_torch.build import plan_image_build, run_image_build
+from neuron_torch.build import dockerfile_stages, plan_image_build, run_image_build
 from neuron_torch.buildargs import build_args
 from neuron_torch.cellinfo import cell_record
 from neuron_torch.cli import main
 from neuron_torch.errors import NeuronTorchError
-from neuron_torch.matrix import Matrix, load_matrix
+from neuron_torch.matrix import Matrix, PythonRoute, load_matrix
 from neuron_torch.mirror import apply_mirror, load_mirror
 from tests import REPO_ROOT, load_module
 from tests.testbed import baseimages
@@ -401,9 +401,21 @@ def test_the_image_builds_on_the_uv_standalone_route_through_the_mirror_settings
     assert "problems []" in check
 
 
-def test_uv_is_installed_with_a_pinned_hash() -> None:
-    """The python stage installs uv only through a --require-hashes requirement carrying the release's sha256."""
+def test_each_python_route_is_a_stage_and_the_python_stage_takes_the_cells(matrix: Matrix) -> None:
+    """The routes the matrix accepts (PythonRoute: it refuses any other before a build starts) and the Dockerfile's
+    python-<route> stages are the same set; the python stage is the cell's route's, named by the global ARG."""
+    stages = dockerfile_stages(matrix)
+    assert {stage for stage in stages if stage.startswith("python-")} == {f"python-{route}" for route in PythonRoute}
     text = (REPO / "Dockerfile").read_text()
-    stage = text[text.index("FROM os AS python") : text.index("FROM python AS venv")]
+    assert re.search(r"^FROM python-\$\{PYTHON_ROUTE\} AS python$", text, re.MULTILINE)
+    assert re.search(r"^ARG PYTHON_ROUTE\b", text[: text.index("\nFROM ")], re.MULTILINE), "FROM reads global ARGs only"
+    assert stages.index("python") > max(stages.index(f"python-{route}") for route in PythonRoute)
+
+
+def test_uv_is_installed_with_a_pinned_hash() -> None:
+    """The uv-standalone stage installs uv only through a --require-hashes requirement carrying the release's
+    sha256."""
+    text = (REPO / "Dockerfile").read_text()
+    stage = text[text.index("FROM os AS python-uv-standalone") : text.index("FROM python-${PYTHON_ROUTE} AS python")]
     assert '"uv==${UV_VERSION} --hash=sha256:${UV_SHA256}"' in stage and "--require-hashes" in stage
     assert not re.search(r'pip install[^\n]*"uv==', stage), "uv installed without its hash"

@@ -102,11 +102,33 @@ def _provisioners(text: str) -> list[tuple[str, str]]:
     return [(m[1], block) for block in blocks if (m := re.match(r'provisioner "([\w-]+)"', block))]
 
 
+# A provisioner written once for both sources takes its source's entry of a map keyed by source type,
+# `{ "amazon-ebs" = ..., docker = ... }[source.type]`: each entry's key starts its line (packer fmt aligns the `=`).
+_PER_SOURCE = re.compile(r"(?<=[=,] )\{\n(.*?)\n\s*\}\[source\.type\]", re.DOTALL)
+_ENTRY_KEY = re.compile(r'^\s*(?:"([\w-]+)"|([\w-]+))\s+=\s', re.MULTILINE)
+
+
+def _seen_by(body: str, source: str) -> str:
+    """A provisioner's body as `source` (e.g. docker.local) is given it: each per-source map cut to its entry."""
+    source_type = source.split(".")[0]
+
+    def entry(found: re.Match[str]) -> str:
+        keys = list(_ENTRY_KEY.finditer(found[1]))
+        ends = [key.start() for key in keys[1:]] + [len(found[1])]
+        values = {key[1] or key[2]: re.sub(r"\n\s*#.*", "", found[1][key.end() : end]).strip()
+                  for key, end in zip(keys, ends, strict=True)}  # fmt: skip
+        assert source_type in values, f"no {source_type} entry in {found[0]}"
+        return values[source_type]
+
+    return _PER_SOURCE.sub(entry, body)
+
+
 def _steps_of(source: str) -> list[tuple[str, str]]:
-    """The provisioners that run for one source (those without `only`, and those whose `only` names it)."""
+    """The provisioners that run for one source (those without `only`, and those whose `only` names it), as that
+    source is given them."""
     steps = _provisioners((REPO / "images" / "neuron-torch.pkr.hcl").read_text())
-    return [(kind, body) for kind, body in steps if (m := re.search(r"only\s*=\s*\[([^]]*)\]", body)) is None
-            or f'"{source}"' in m[1]]  # fmt: skip
+    return [(kind, _seen_by(body, source)) for kind, body in steps
+            if (m := re.search(r"only\s*=\s*\[([^]]*)\]", body)) is None or f'"{source}"' in m[1]]  # fmt: skip
 
 
 def _runs(body: str, script: str) -> bool:
@@ -213,9 +235,26 @@ def test_testinfra_runs_over_the_kept_master_after_the_cleanup_on_an_ssh_host(tm
 
 
 def test_verify_device_in_the_build_runs_with_the_venv_python() -> None:
-    text = (REPO / "images" / "neuron-torch.pkr.hcl").read_text()
-    line = next(line for line in text.splitlines() if "/usr/local/bin/verify-device" in line)
+    assert [kind for kind, body in _steps_of("amazon-ebs.ubuntu") if _runs(body, "verify-on-device.sh")] == ["shell"]
+    assert not any(_runs(body, "verify-on-device.sh") for _, body in _steps_of("docker.local"))
+    script = (REPO / "images" / "scripts" / "verify-on-device.sh").read_text().replace("\\\n", " ")
+    line = next(line for line in script.splitlines() if "/usr/local/bin/verify-device" in line)
     assert "sudo NEURON_TORCH_PYTHON=/opt/neuron-torch/venv/bin/python " in line
+
+
+@pytest.mark.parametrize("source", ["docker.local", "amazon-ebs.ubuntu"])
+def test_each_source_is_given_its_own_entry_of_the_per_source_maps(source: str) -> None:
+    """The provisioners written once for both sources: the AMI's scripts run as root through sudo -E, the
+    container's as they are (its user is root), and the cleanup names each source's login."""
+    template = (REPO / "images" / "neuron-torch.pkr.hcl").read_text()
+    as_root = re.search(r"\n  as_root = \{\n(.*?)\n  \}", template, re.DOTALL)
+    assert as_root, "local.as_root is missing"
+    prefix = dict(re.findall(r'^\s*"?([\w-]+)"?\s+= "([^"]*)"$', as_root[1], re.MULTILINE))
+    assert prefix == {"amazon-ebs": "sudo -E ", "docker": ""}
+    cleanup = next(body for _, body in _steps_of(source) if _runs(body, "cleanup.sh"))
+    login = "build.User" if source == "amazon-ebs.ubuntu" else "var.ssh_username"
+    assert f'environment_vars = ["BUILD_USER=${{{login}}}"]' in cleanup, cleanup
+    assert "${local.as_root[source.type]}{{ .Vars }} {{ .Path }}" in cleanup
 
 
 def test_ami_sharing_and_access_have_safe_defaults() -> None:
