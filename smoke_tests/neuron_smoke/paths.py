@@ -5,53 +5,31 @@ behind by a check."""
 from __future__ import annotations
 
 import json
-import os
 import struct
-import tempfile
 from pathlib import Path
 from typing import Any
 
+from neuron_cell import outputs
 from neuron_cell.boundary import quote
 from neuron_smoke.errors import UsageError
 
 MAX_INPUT_BYTES = 32 * 1024 * 1024  # a cell file or a baseline index is a few kilobytes
 
 
-def _nearest_existing(path: Path) -> Path:
-    return next((p for p in path.parents if p.exists()), Path("."))
-
-
-def can_create_in(folder: Path, option: str, target: Path) -> None:
-    """Create and remove a probe file in `folder`: the test of writability that holds for root too (a read-only
-    mount, /sys and /proc refuse root; permission bits do not)."""
-    try:
-        fd, probe = tempfile.mkstemp(prefix=".verify-device-probe-", dir=folder)
-    except OSError as error:
-        raise UsageError(
-            f"{option} {target}: cannot write in {folder} ({error.strerror}); name a folder you can write"
-        ) from None
-    os.close(fd)
-    os.unlink(probe)
-
-
 def output_file(path: Path, option: str) -> None:
-    """A file to write (its missing folders are made when it is written)."""
-    if path.is_dir():
-        raise UsageError(f"{option} {path} is a folder; {option} names the file to write, e.g. {path}/report.json")
-    blocker = _nearest_existing(path)
-    if not blocker.is_dir():
-        raise UsageError(f"{option} {path}: {blocker} is a file, so {path} cannot be written there")
-    can_create_in(blocker, option, path)
+    """A file to write (its missing folders are made when it is written): neuron_cell.outputs' check."""
+    try:
+        outputs.output_file(path, option, "report.json")
+    except outputs.OutputError as error:
+        raise UsageError(str(error)) from None
 
 
 def output_folder(path: Path, option: str) -> None:
-    """A folder to write into (made when missing)."""
-    if path.exists() and not path.is_dir():
-        raise UsageError(f"{option} {path} is a file; {option} names a folder")
-    blocker = path if path.is_dir() else _nearest_existing(path)
-    if not blocker.is_dir():
-        raise UsageError(f"{option} {path}: {blocker} is a file, so the folder cannot be made there")
-    can_create_in(blocker, option, path)
+    """A folder to write into (made when missing): neuron_cell.outputs' check."""
+    try:
+        outputs.output_folder(path, option)
+    except outputs.OutputError as error:
+        raise UsageError(str(error)) from None
 
 
 def read_text(path: Path, what: str) -> str:

@@ -4,11 +4,11 @@ when the path is missing, a folder, unreadable, not UTF-8 or empty; and writing 
 from __future__ import annotations
 
 import json
-import os
 import shutil
-import tempfile
+from collections.abc import Callable
 from pathlib import Path
 
+from neuron_cell import outputs
 from neuron_cell.boundary import quote
 from neuron_torch.errors import NeuronTorchError
 
@@ -84,28 +84,32 @@ def check_new_folder(out: Path, option: str = "--out") -> None:
         check_can_create_in(blocker, option, out)
 
 
+def _output(check: Callable[[], None]) -> None:
+    try:
+        check()
+    except outputs.OutputError as error:
+        raise NeuronTorchError(str(error)) from None
+
+
 def check_output_file(path: Path, option: str) -> None:
-    """An output file must not be a folder, nor sit under a file, and its folder (or the nearest one that exists,
-    made when writing) must accept a new file. Checked before any work; nothing is left behind."""
-    if path.is_dir():
-        raise NeuronTorchError(f"{option} {path} is a folder; {option} names the file to write")
-    blocker = next((p for p in path.parents if p.exists()), Path("."))
-    if not blocker.is_dir():
-        raise NeuronTorchError(f"{option} {path}: {blocker} is a file, so {path} cannot be written there")
-    check_can_create_in(blocker, option, path)
+    """An output file, checked before any work by neuron_cell.outputs (nothing is left behind)."""
+    _output(lambda: outputs.output_file(path, option))
 
 
 def check_can_create_in(folder: Path, option: str, target: Path) -> None:
-    """Create and remove a probe file in `folder`: the one test of writability that holds for root too (a read-only
-    mount, /sys, /proc refuse root; permission bits do not)."""
+    """A new file can be made in `folder` (neuron_cell.outputs' probe)."""
+    _output(lambda: outputs.can_create_in(folder, option, target))
+
+
+def replace_text(path: Path, text: str) -> None:
+    """Write `path` whole or not at all: a staged sibling replaces it, and is gone whatever happens."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    staged = path.with_name(f".{path.name}.tmp")
     try:
-        fd, probe = tempfile.mkstemp(prefix=".neuron-torch-probe-", dir=folder)
-    except OSError as error:
-        raise NeuronTorchError(
-            f"{option} {target}: cannot write in {folder} ({error.strerror}); name a folder you can write"
-        ) from None
-    os.close(fd)
-    os.unlink(probe)
+        staged.write_text(text, encoding="utf-8")
+        staged.replace(path)
+    finally:
+        staged.unlink(missing_ok=True)
 
 
 def check_executable(value: str, variable: str) -> str:

@@ -21,7 +21,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from neuron_torch.errors import EXIT_FAILED, NeuronTorchError
-from neuron_torch.files import check_ca_bundle, check_can_create_in, check_executable
+from neuron_torch.files import check_ca_bundle, check_can_create_in, check_executable, replace_text
 from neuron_torch.lockfile import Lock, LockedPackage, lock_problems, read_lock, render_lock
 from neuron_torch.matrix import Cell, Index, Matrix
 from neuron_torch.routing import IndexReader
@@ -195,13 +195,7 @@ def _write_checked(matrix: Matrix, cell: Cell, text: str, target: Path, work: Pa
             + "\n  ".join(problems),
             EXIT_FAILED,
         )
-    target.parent.mkdir(parents=True, exist_ok=True)
-    staged = target.with_name(f".{target.name}.tmp")
-    try:
-        staged.write_text(text, encoding="utf-8")
-        staged.replace(target)
-    finally:
-        staged.unlink(missing_ok=True)
+    replace_text(target, text)
 
 
 def attribute_sources(

@@ -13,7 +13,7 @@ from pathlib import Path
 
 from neuron_torch.cellinfo import caveats, cell_record
 from neuron_torch.errors import NeuronTorchError
-from neuron_torch.files import check_output_file
+from neuron_torch.files import check_output_file, replace_text
 from neuron_torch.generated import banner, header, is_release_matrix
 from neuron_torch.matrix import Matrix
 from neuron_torch.render_ansible import ansible_vars
@@ -130,12 +130,6 @@ def write_rendered(matrix: Matrix) -> list[Path]:
     for path, content in files.items():
         if path.is_file() and path.read_text(encoding="utf-8") == content:
             continue
-        path.parent.mkdir(parents=True, exist_ok=True)
-        staged = path.with_name(f".{path.name}.tmp")
-        try:
-            staged.write_text(content, encoding="utf-8")
-            staged.replace(path)
-        finally:
-            staged.unlink(missing_ok=True)
+        replace_text(path, content)
         changed.append(path)
     return changed

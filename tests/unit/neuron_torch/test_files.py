@@ -113,7 +113,7 @@ def test_an_output_folder_that_cannot_be_used_is_refused(tmp_path: Path, monkeyp
     def refused(*args: object, **kwargs: object) -> tuple[int, str]:  # a folder that refuses a new file (even root's)
         raise PermissionError(errno.EACCES, os.strerror(errno.EACCES))
 
-    monkeypatch.setattr(files.tempfile, "mkstemp", refused)
+    monkeypatch.setattr("tempfile.mkstemp", refused)
     assert refusal(files.check_new_folder, tmp_path / "new") == (
         f"--out {tmp_path / 'new'}: cannot write in {tmp_path} (Permission denied); name a folder you can write"
     )
