@@ -14,10 +14,10 @@ variable "cell_id" {
 # schema version is refused here, before anything runs.
 variable "cell_file" {
   type        = string
-  description = "The cell's record (constraints/generated/<cell>.json, src/neuron_torch/cell.schema.json version 1), relative to the folder packer runs in (the checkout) or absolute."
+  description = "The cell's record (constraints/generated/<cell>.json, src/neuron_cell/cell.schema.json version 1), relative to the folder packer runs in (the checkout) or absolute."
 
   validation {
     condition     = try(jsondecode(file(abspath(var.cell_file))).schema == 1, false)
-    error_message = "The cell_file must be a cell record of schema 1 (src/neuron_torch/cell.schema.json), readable from the folder packer runs in: one written by another neuron-torch, or a missing or unreadable file, is refused. Write it again with this checkout's `neuron-torch render` (or `neuron-torch cell ID --json`) and run packer from the checkout."
+    error_message = "The cell_file must be a cell record of schema 1 (src/neuron_cell/cell.schema.json), readable from the folder packer runs in: one written by another neuron-torch, or a missing or unreadable file, is refused. Write it again with this checkout's `neuron-torch render` (or `neuron-torch cell ID --json`) and run packer from the checkout."
   }
 }

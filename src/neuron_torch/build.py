@@ -129,7 +129,7 @@ def stage(matrix: Matrix, cell: Cell, lock: Path, *, write: bool = True) -> tupl
     folder.mkdir(parents=True, exist_ok=True)
     (folder / "lock.txt").write_text(text, encoding="utf-8")
     (folder / "cell.json").write_text(json.dumps(record, indent=2) + "\n", encoding="utf-8")
-    gate = {"forbidden": matrix.forbidden}  # the rules lockgate.py applies inside the build, before pip
+    gate = {"forbidden": matrix.forbidden}  # the rules neuron_cell.lockgate applies inside the build, before pip
     (folder / "gate.json").write_text(json.dumps(gate, indent=2) + "\n", encoding="utf-8")
     return folder, record
 

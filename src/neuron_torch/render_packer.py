@@ -23,7 +23,7 @@ from neuron_torch.render_ansible import ansible_vars_path
 from neuron_torch.templating import render_template
 
 CELL_FILE = "cell.pkr.hcl"
-SCHEMA_NAME = "src/neuron_torch/cell.schema.json"
+SCHEMA_NAME = "src/neuron_cell/cell.schema.json"
 
 
 def packer_dir(matrix: Matrix) -> Path:

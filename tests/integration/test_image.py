@@ -336,8 +336,9 @@ TWIN_CELL = "2.13-py3.13-ubuntu24.04"
 ENVIRONMENT_CHECK = """
 import json, sys
 from importlib.metadata import version
-sys.path.insert(0, "/opt/neuron-torch/smoke_tests")
-from neuron_smoke import cells, pins
+sys.path[:0] = ["/opt/neuron-torch/smoke_tests", "/opt/neuron-torch/lib"]
+from neuron_cell import pins
+from neuron_smoke import cells
 cell = json.load(open("/etc/neuron-torch/cell.json"))
 problems = [pins.satisfies(d, p, version(d)) for d, p in cells.expected_pins(cell)]
 print("locked", " ".join(f"{d}=={version(d)}" for d in ("neuronx-cc", "nki")))

@@ -25,8 +25,9 @@ from tests.testbed.fixture_indexes import build_release_indexes
 
 REPO = REPO_ROOT
 DERIVED_TESTS = (
-    *("test_matrix.py", "test_cli.py", "test_manifest.py", "test_pins.py", "test_cell_record.py", "test_lock.py"),
-    *("test_lock_gate.py", "test_bad_inputs.py"),
+    *("unit/neuron_torch/test_matrix.py", "unit/neuron_torch/test_cli.py", "unit/neuron_torch/test_manifest.py"),
+    *("unit/neuron_cell/test_pins.py", "unit/neuron_torch/test_cellrecord.py", "integration/test_lock.py"),
+    *("integration/test_lock_gate.py", "integration/test_bad_inputs.py"),
 )
 # Left out on the copy, for time only (each still runs on the checkout): test_lock's lock of every cell (25 s) and
 # the lock gate's Ansible runs (5 s each); their cells and versions come from the matrix like the rest.

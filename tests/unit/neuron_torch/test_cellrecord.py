@@ -1,4 +1,4 @@
-"""The versioned cell record (issue 17): src/neuron_torch/cell.schema.json describes every record the toolkit writes,
+"""The versioned cell record (issue 17): src/neuron_cell/cell.schema.json describes every record the toolkit writes,
 and every consumer (the CLI, verify-device, the testinfra suite, the Ansible filter plugin) refuses a record whose
 `schema` is not the version it reads, naming the file, the version found and the version it reads."""
 
