@@ -101,6 +101,12 @@ class Session:
             self._beats[rank] = (value, now)
 
     def _stalled(self, rank: int) -> bool:
+        """A member that said it is done (and may have exited since) is not silent; one whose beat stopped is."""
+        try:
+            if self.store.check([f"done/{rank}"]):
+                return False
+        except Exception:
+            return True  # the store is gone: node 0 has stopped
         self._beat_of(rank)
         value, changed = self._beats[rank]
         return value < 0 or time.monotonic() - changed >= SILENT_S
