@@ -4,11 +4,9 @@ from __future__ import annotations
 
 import glob
 import importlib
-import json
 import os
 import shutil
 from dataclasses import dataclass, field
-from pathlib import Path
 
 import torch
 
@@ -74,8 +72,9 @@ def neuron_device_peak(dtype: torch.dtype) -> float | None:
 
 def _neuron_instance_devices() -> dict[str, int]:
     """Logical devices per instance type at the default LNC, rendered from constraints/matrix.toml."""
-    facts = json.loads((Path(__file__).with_name("neuron_instances.json")).read_text(encoding="utf-8"))
-    return {str(k): int(v) for k, v in facts["logical_devices"].items()}
+    from neuron_smoke import release_facts
+
+    return release_facts.logical_devices()
 
 
 # The container run lines of images/README.md ("Running it"): every device node of the host, or a contiguous subset,

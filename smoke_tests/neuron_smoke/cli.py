@@ -74,8 +74,10 @@ def build_parser() -> argparse.ArgumentParser:
         help=f"run only these stages; all, in the order they run: {', '.join(registry.NAMES)}",
     )
     _add_tuning(p)
+    from neuron_smoke import cluster
     from neuron_smoke.evaluate.options import add_arguments
 
+    cluster.add_arguments(p)
     add_arguments(p)
     return p
 
@@ -125,6 +127,7 @@ def parse_options(argv: Sequence[str] | None) -> tuple[Options, argparse.Namespa
         raise UsageError(f"--throughput-floor must be a percentage in [0, 100): {args.throughput_floor:g}")
     args.device = validate.device(args)
     validate.check_environment()
+    spec = validate.check_cluster(args)
     validate.check_outputs(args)
     validate.check_evaluation(args)
     from neuron_smoke.cells import load_cell
@@ -151,6 +154,8 @@ def parse_options(argv: Sequence[str] | None) -> tuple[Options, argparse.Namespa
         throughput_floor=args.throughput_floor,
         nproc=args.nproc,
         launcher=args.launcher,
+        cluster=spec,
+        allreduce_max_bytes=args.allreduce_max_bytes,
     )
     return options, args
 
@@ -211,6 +216,8 @@ def _report_without_torch(options: Options, args: argparse.Namespace, error: Imp
 def _write(report: Report, args: argparse.Namespace) -> None:
     if args.report:
         output.write_json(report, args.report)
+    if args.node_report:  # multi-node mode: --report-dir DIR/node-<rank>.json
+        output.write_json(report, args.node_report)
     if args.junit:
         output.write_junit(report, args.junit)
 
@@ -241,12 +248,16 @@ def _run(options: Options, args: argparse.Namespace, launcher: Launcher | None) 
         progress[:] = [partial]
         _write(partial, args)
 
+    from neuron_smoke import rendezvous
+
     try:
         report = run_suite(options, spec, on_result, launcher, on_progress)
     except KeyboardInterrupt:
         if progress:  # the report on disk marks the running stage hung (the watchdog's case): say what happened
             _write(interrupted(progress[0], len(finished)), args)
         raise
+    finally:
+        rendezvous.close()  # after the stages; node 0 keeps the store up until the members are done
     output.print_footer(report)
     _write(report, args)
     return report.exit_code

@@ -10,6 +10,7 @@ from neuron_smoke.results import StageResult
 
 if TYPE_CHECKING:  # importing this module (and so parsing options) must not need torch
     from neuron_smoke.backends import Backend
+    from neuron_smoke.cluster import ClusterSpec
     from neuron_smoke.launchers import Launcher
 
 DEFAULT_EAGER_RTOL = 1e-3
@@ -37,6 +38,8 @@ class Options:
     throughput_floor: float = 10.0  # percent of the documented peak
     nproc: int = 2
     launcher: str = "fork"
+    cluster: ClusterSpec | None = None  # multi-node mode (cluster.py); None: one host, the cluster stages skip
+    allreduce_max_bytes: int | None = None  # None: the backend's default (stage_allreduce.MAX_BYTES)
 
 
 @dataclass

@@ -63,6 +63,9 @@ TABLE = (
         needs=(LAUNCHER,),
     ),
     Entry("throughput", "steady-state matmul TFLOP/s", "stage_throughput:run", after=("matmul",)),
+    Entry("fabric", "cluster: the release's libfabric provider, EFA device count", "stage_fabric:run"),
+    Entry("consistency", "cluster: one version and one graph on every node", "stage_consistency:run"),
+    Entry("allreduce", "cluster: all_reduce across nodes checked, bus bandwidth", "stage_allreduce:run"),
 )
 
 

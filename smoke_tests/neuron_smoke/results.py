@@ -52,6 +52,8 @@ class Report:
     exit_code: int = 0
     # Stopped by Ctrl-C: the stage that was running says so (not "hung"), and exit_code is 130.
     interrupted: bool = False
+    # Multi-node mode: this node's rank, the members, the missing nodes, faults seen on peers (rendezvous.py).
+    cluster: dict[str, Any] | None = None
 
     def stage(self, name: str) -> StageResult:
         return next(s for s in self.stages if s.name == name)

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING
 
 import torch
 
-from neuron_smoke import EXIT_CHECK_FAILED, EXIT_DEVICE_MISSING, EXIT_OK, cores, launchers, registry
+from neuron_smoke import EXIT_CHECK_FAILED, EXIT_DEVICE_MISSING, EXIT_OK, cores, launchers, registry, rendezvous
 from neuron_smoke.backends import NEURON, resolve
 from neuron_smoke.context import Context, Options, StageLog
 from neuron_smoke.host import host_facts
@@ -121,6 +121,7 @@ def _run(
             "fallback_tracking": backend.module if backend.tracks_fallback else None,
         },
         options=_options_dict(options),
+        cluster=cluster_section(options),
     )
     done: list[StageResult] = []
 
@@ -130,6 +131,7 @@ def _run(
 
     def after(result: StageResult) -> None:
         done.append(result)
+        report.cluster = cluster_section(options)
         on_result(result)
         if on_progress is not None:
             on_progress(provisional(report, done, None, options))
@@ -143,6 +145,18 @@ def _run(
     report.duration_s = round(time.perf_counter() - started, 3)
     report.exit_code = exit_code(report.stages)
     return report
+
+
+def cluster_section(options: Options) -> dict[str, object] | None:
+    """Multi-node mode: this node's place in the run, and once joined, the members, the missing and the faults
+    seen on peers (rendezvous.Session.summary)."""
+    spec = options.cluster
+    if spec is None:
+        return None
+    joined = rendezvous.current()
+    if joined is not None:
+        return {**joined.summary(), "sources": spec.sources}
+    return {"nnodes": spec.nnodes, "node_rank": spec.node_rank, "master": spec.master, "sources": spec.sources}
 
 
 def _options_dict(options: Options) -> dict[str, object]:

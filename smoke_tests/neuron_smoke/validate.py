@@ -5,10 +5,14 @@ from __future__ import annotations
 
 import argparse
 import os
+from typing import TYPE_CHECKING
 
 from neuron_cell.boundary import quote
 from neuron_smoke import paths
 from neuron_smoke.errors import UsageError
+
+if TYPE_CHECKING:
+    from neuron_smoke.cluster import ClusterSpec
 
 DEVICES = ("neuron", "cuda", "cpu", "auto")
 # The switches read as "0" or "1" (empty: unset).
@@ -30,6 +34,22 @@ def check_environment() -> None:
         value = os.environ.get(name, "").strip()
         if value not in ("", "0", "1"):
             raise UsageError(f"{name}={quote(value)}: must be 0 or 1 ({meaning}), or unset")
+
+
+def check_cluster(args: argparse.Namespace) -> ClusterSpec | None:
+    """The multi-node settings (flags, else Slurm's or torchrun's environment), and this node's report file."""
+    from neuron_smoke import cluster, release_facts
+
+    release_facts.check()
+    spec = cluster.from_args(args, os.environ)
+    if args.allreduce_max_bytes is not None and args.allreduce_max_bytes < 8:
+        raise UsageError(f"--allreduce-max-bytes must be at least 8: {args.allreduce_max_bytes}")
+    args.node_report = spec.report_file() if spec else None
+    if args.node_report is not None:
+        paths.output_folder(args.node_report.parent, "--report-dir")
+        if args.report is not None and args.report.resolve() == args.node_report.resolve():
+            args.report = None  # the same file: written once
+    return spec
 
 
 def check_outputs(args: argparse.Namespace) -> None:

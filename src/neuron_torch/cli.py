@@ -142,6 +142,14 @@ def add_render(sub: Subparsers) -> None:
     p.set_defaults(handler=commands.cmd_render)
 
 
+def add_cluster_report(sub: Subparsers) -> None:
+    p = sub.add_parser("cluster-report", help="one verdict for a multi-node verify-device run, node by stage")
+    p.add_argument("dir", type=Path, help="the --report-dir the nodes wrote node-<rank>.json to")
+    p.add_argument("--expect", type=int, required=True, metavar="N", help="the number of nodes of the run")
+    p.add_argument("--out", type=Path, metavar="DIR", help="write cluster-report.json/.md here (default: DIR)")
+    p.set_defaults(matrix_free=commands.cmd_cluster_report)  # reads only its folder: no release, no checkout
+
+
 # The subcommands, in the order `--help` lists them.
 COMMANDS: tuple[Callable[[Subparsers], None], ...] = (
     add_matrix,
@@ -153,6 +161,7 @@ COMMANDS: tuple[Callable[[Subparsers], None], ...] = (
     add_bundle,
     add_manifest,
     add_render,
+    add_cluster_report,
 )
 
 
@@ -183,6 +192,10 @@ def main(argv: Sequence[str] | None = None) -> int:
 def run(argv: Sequence[str] | None) -> int:
     args = build_parser().parse_args(argv)
     try:
+        if hasattr(args, "matrix_free"):
+            code: int = args.matrix_free(args)
+            sys.stdout.flush()
+            return code
         from neuron_torch.matrix import load_matrix
         from neuron_torch.mirror import apply_mirror, load_mirror, mirror_from_env
 

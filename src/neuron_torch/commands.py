@@ -284,3 +284,9 @@ def cmd_build_ami(args: argparse.Namespace, matrix: Matrix) -> int:
             raise NeuronTorchError(f"--var takes NAME=VALUE (e.g. region=eu-west-1), not {quote(value)}")
         extra.append(f"-var={value}")
     return build_ami(matrix, args.cell, only=args.only, packer=args.packer, extra=extra, lock=args.lock)
+
+
+def cmd_cluster_report(args: argparse.Namespace) -> int:
+    from neuron_torch import clusterreport
+
+    return clusterreport.run(args.dir, args.expect, args.out)

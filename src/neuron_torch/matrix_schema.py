@@ -13,6 +13,7 @@ from neuron_torch.model import (
     AptRepo,
     AptScope,
     Cell,
+    Fabric,
     Family,
     Index,
     Instance,
@@ -160,6 +161,9 @@ INSTANCE: dict[str, FieldReader] = {
     "logical_devices": Reader.whole,
     "note": Reader.optional,
 }
+# Optional per instance type: absent is 0, "not documented".
+INSTANCE_OPTIONAL: dict[str, FieldReader] = {"efa_devices": Reader.whole}
+FABRIC: dict[str, FieldReader] = {"provider": Reader.text, "note": Reader.optional}
 APT: dict[str, FieldReader] = {"url": Reader.text, "key_url": Reader.text}
 APT_AFTER_KEY: dict[str, FieldReader] = {"keyring": Reader.text, "component": Reader.text}
 
@@ -209,6 +213,7 @@ def parse(data: Mapping[str, Any], path: Path, root: Path) -> Matrix:
         locks_dir=locks_dir,
         manifest=_manifest(r, data, root),
         cells=cells,
+        fabric=_fabric(r, data),
     )
     if release.default_cell not in {c.id for c in cells}:
         raise r.fail("release.default_cell", f"'{release.default_cell}' is not one of the matrix's cells")
@@ -263,8 +268,19 @@ def _instances(
         family = r.text(inst, "family", prefix)
         if family not in families:
             raise r.fail(f"{prefix}family", f"'{family}' is not one of {', '.join(families)}")
-        instances[itype] = Instance(type=itype, family=family, **r.record(inst, prefix, INSTANCE))
+        optional = {name: read for name, read in INSTANCE_OPTIONAL.items() if name in inst}
+        fields = {**r.record(inst, prefix, INSTANCE), **r.record(inst, prefix, optional)}
+        instances[itype] = Instance(type=itype, family=family, **fields)
     return families, instances
+
+
+def _fabric(r: Reader, data: Mapping[str, Any]) -> Fabric:
+    if "fabric" not in data:
+        return Fabric()
+    fabric = Fabric(**r.record(r.table(data, "fabric"), "fabric.", FABRIC))
+    if not re.fullmatch(r"[a-z][a-z0-9_]*(;[a-z][a-z0-9_]*)*", fabric.provider):
+        raise r.fail("fabric.provider", f"'{fabric.provider}' is not a libfabric provider name (such as efa or tcp)")
+    return fabric
 
 
 def _apt(r: Reader, data: Mapping[str, Any]) -> AptRepo:

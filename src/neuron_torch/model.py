@@ -102,6 +102,7 @@ class Instance:
     chips: int
     logical_devices: int
     note: str
+    efa_devices: int = 0  # EFA devices the instance type documents; 0: not documented (presence only is checked)
 
     @property
     def expected_devices(self) -> int | None:
@@ -210,6 +211,14 @@ class Cell:
 
 
 @dataclass(frozen=True)
+class Fabric:
+    """The libfabric provider the release's collectives use between nodes (`efa` on AWS); "" when not named."""
+
+    provider: str = ""
+    note: str = ""
+
+
+@dataclass(frozen=True)
 class Matrix:
     path: Path
     root: Path
@@ -228,6 +237,7 @@ class Matrix:
     locks_dir: Path
     manifest: VendoredManifest | None = None
     cells: tuple[Cell, ...] = field(default=())
+    fabric: Fabric = field(default=Fabric())
 
     @property
     def pythons(self) -> tuple[str, ...]:

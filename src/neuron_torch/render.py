@@ -74,14 +74,26 @@ def smoke_instance_facts(matrix: Matrix) -> dict[Path, str]:
     """The documented device counts, for verify-device, which runs where the toolkit is not installed."""
     if not is_release_matrix(matrix):
         return {}
-    facts = {
+    path = matrix.root / "smoke_tests" / "neuron_smoke" / "neuron_instances.json"
+    return {path: json.dumps(instance_facts(matrix), indent=2) + "\n"}
+
+
+def instance_facts(matrix: Matrix) -> dict[str, object]:
+    """What verify-device reads of a release: device counts, and the fabric its cluster stages check (the test
+    release's are written where its tests point `NEURON_SMOKE_INSTANCE_FACTS`)."""
+    instances = matrix.instances.values()
+    return {
         "_generated": banner(matrix),
         "release": matrix.release.name,
-        "logical_devices": {i.type: i.expected_devices for i in matrix.instances.values() if i.expected_devices},
-        "undocumented": sorted(i.type for i in matrix.instances.values() if not i.expected_devices),
+        "logical_devices": {i.type: i.expected_devices for i in instances if i.expected_devices},
+        "undocumented": sorted(i.type for i in instances if not i.expected_devices),
+        "fabric": {
+            "provider": matrix.fabric.provider,
+            "note": matrix.fabric.note,
+            "efa_devices": {i.type: i.efa_devices for i in instances if i.efa_devices},
+            "efa_undocumented": sorted(i.type for i in instances if not i.efa_devices),
+        },
     }
-    path = matrix.root / "smoke_tests" / "neuron_smoke" / "neuron_instances.json"
-    return {path: json.dumps(facts, indent=2) + "\n"}
 
 
 RENDERERS: list[Renderer] = [

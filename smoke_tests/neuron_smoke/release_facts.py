@@ -1,0 +1,62 @@
+"""What verify-device knows of the release it checks: `neuron_instances.json` beside this file, rendered from
+constraints/matrix.toml by `neuron-torch render` (device counts per instance type, the fabric provider and EFA device
+counts). `NEURON_SMOKE_INSTANCE_FACTS=FILE` reads another release's rendering instead (the test release's, whose
+fabric is libfabric's `tcp`): the provider is always the release's, never an option of its own. Torch-free."""
+
+from __future__ import annotations
+
+import json
+import os
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+from neuron_cell.boundary import quote
+from neuron_smoke.errors import UsageError
+
+ENV = "NEURON_SMOKE_INSTANCE_FACTS"
+PACKAGED = Path(__file__).with_name("neuron_instances.json")
+
+
+def path() -> Path:
+    named = os.environ.get(ENV, "").strip()
+    return Path(named) if named else PACKAGED
+
+
+def check() -> None:
+    """A usage error (before torch) when $NEURON_SMOKE_INSTANCE_FACTS names no readable facts file."""
+    if os.environ.get(ENV, "").strip():
+        load.cache_clear()
+        load()
+
+
+@cache
+def load() -> dict[str, Any]:
+    where = path()
+    try:
+        data = json.loads(where.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as error:
+        raise UsageError(
+            f"{ENV}={quote(str(where))}: not a readable instance facts file ({error}); name a file `neuron-torch "
+            "render` wrote (smoke_tests/neuron_smoke/neuron_instances.json), or unset it"
+        ) from None
+    if not isinstance(data, dict) or not isinstance(data.get("logical_devices"), dict):
+        raise UsageError(f"{ENV}={quote(str(where))}: not an instance facts file (no logical_devices table)")
+    return data
+
+
+def logical_devices() -> dict[str, int]:
+    return {str(k): int(v) for k, v in load()["logical_devices"].items()}
+
+
+def fabric() -> dict[str, Any]:
+    """{"provider", "note", "efa_devices": {type: n}, "efa_undocumented": [...]}; provider "" when not named."""
+    found = load().get("fabric")
+    table = found if isinstance(found, dict) else {}
+    return {
+        "provider": str(table.get("provider") or ""),
+        "note": str(table.get("note") or ""),
+        "efa_devices": {str(k): int(v) for k, v in (table.get("efa_devices") or {}).items()},
+        "efa_undocumented": [str(t) for t in table.get("efa_undocumented") or []],
+        "source": str(path()),
+    }

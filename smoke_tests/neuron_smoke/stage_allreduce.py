@@ -1,0 +1,181 @@
+"""Cluster stage: all_reduce across the nodes (one rank per node) over the backend's process group (gloo on the CPU,
+`neuron` on Neuron), the result checked on every node, then the bus bandwidth at a few sizes.
+
+Round 1: node r contributes (r + 1) * ones; every node checks the sum. Round 2: all_gather of the same contributions,
+so that every node checks each peer's and a wrong one is named by its node (that node fails; the others note it,
+their wrong sum explained). A collective that fails while a peer's heartbeat has stopped (killed, hung) names that
+peer and leaves this node's stage skipped, not failed: the peer's own report holds the failure.
+
+Bus bandwidth: nccl-tests' convention, size * 2 (n - 1) / n / time, the median of a few timed calls per size. No
+floor is documented for Trn2 or the CPU: the numbers are reported, not compared.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from datetime import timedelta
+from typing import TYPE_CHECKING, Any
+
+from neuron_smoke import rendezvous
+from neuron_smoke.context import Context, StageLog
+from neuron_smoke.errors import Skip
+from neuron_smoke.stage_consistency import wait_s
+from neuron_smoke.stage_fabric import SINGLE_HOST
+
+if TYPE_CHECKING:
+    import torch
+
+SIZES = (8, 64 << 10, 1 << 20, 16 << 20, 64 << 20, 256 << 20, 1 << 30)
+MAX_BYTES = {"cpu": 64 << 20, "neuron": 1 << 30}
+TIMED_CALLS = 3
+ELEMENTS = 1024  # of the checked rounds
+
+
+def run(ctx: Context, log: StageLog) -> None:
+    spec = ctx.options.cluster
+    if spec is None:
+        raise Skip(SINGLE_HOST)
+    try:
+        session = rendezvous.session(spec)
+    except rendezvous.JoinError as error:
+        log.fail(str(error))
+        return
+    if session.missing_note():
+        log.note(session.missing_note())
+    ctx.backend.import_module()
+    device = ctx.backend.device_type
+    pg_name = ctx.backend.process_group
+    log.numbers.update(process_group=pg_name, members=list(session.members), local_addr=session.local_addr)
+    phase = "process group"
+    try:
+        group = make_group(session, pg_name, wait_s(ctx))
+        phase = "all_reduce"
+        summed = _all_reduce(group, contribution(spec.node_rank, device))
+        phase = "all_gather"
+        gathered = _all_gather(group, contribution(spec.node_rank, device), len(session.members))
+        phase = "bandwidth"
+        limit = ctx.options.allreduce_max_bytes or MAX_BYTES.get(device, MAX_BYTES["cpu"])
+        log.numbers["bandwidth"] = bandwidth(group, device, len(session.members), limit)
+    except Exception as error:
+        _peer_or_fail(log, session, phase, error)
+        return
+    _judge(log, session, summed, gathered)
+    if not log.failures:
+        sizes = log.numbers["bandwidth"]
+        top = max(sizes, key=lambda s: s["bytes"])
+        log.summary = (
+            f"{pg_name} all_reduce over {len(session.members)} node(s) checked; busbw {top['busbw_gbps']:.3f} GB/s "
+            f"at {top['bytes']} B (no documented floor: reported)"
+        )
+
+
+def contribution(rank: int, device: str) -> torch.Tensor:
+    import torch
+
+    return torch.full((ELEMENTS,), float(rank + 1), device=device)
+
+
+def make_group(session: rendezvous.Session, pg_name: str, timeout_s: float) -> Any:
+    """A process group of the members, over this node's own address (gloo), or the backend's default group."""
+    import torch.distributed as dist
+    from torch._C._distributed_c10d import PrefixStore
+
+    store = PrefixStore("allreduce/", session.store)
+    rank, size = session.group_rank, len(session.members)
+    if pg_name == "gloo":
+        gloo: Any = dist.ProcessGroupGloo  # its options' runtime names (_Options, _devices) are not in torch's stubs
+        options = gloo._Options()
+        options._devices = [gloo.create_device(hostname=session.local_addr)]
+        options._timeout = timedelta(seconds=timeout_s)
+        return gloo(store, rank, size, options)
+    dist.init_process_group(pg_name, store=store, rank=rank, world_size=size, timeout=timedelta(seconds=timeout_s))
+    return dist.group.WORLD
+
+
+def _all_reduce(group: Any, tensor: torch.Tensor) -> torch.Tensor:
+    group.allreduce([tensor]).wait()
+    return tensor.cpu()
+
+
+def _all_gather(group: Any, tensor: torch.Tensor, size: int) -> list[torch.Tensor]:
+    import torch
+
+    out = [torch.empty_like(tensor) for _ in range(size)]
+    group.allgather([out], [tensor]).wait()
+    return [t.cpu() for t in out]
+
+
+def wrong_contributions(members: tuple[int, ...], gathered: list[torch.Tensor]) -> dict[int, float]:
+    """The members whose gathered contribution is not (rank + 1) everywhere: rank -> the first wrong value."""
+    wrong = {}
+    for rank, tensor in zip(members, gathered, strict=True):
+        off = tensor != float(rank + 1)
+        if bool(off.any()):
+            wrong[rank] = float(tensor[off][0])
+    return wrong
+
+
+def _judge(log: StageLog, session: rendezvous.Session, summed: torch.Tensor, gathered: list[torch.Tensor]) -> None:
+    expected = float(sum(r + 1 for r in session.members))
+    bad_sum = summed[summed != expected]
+    wrong = wrong_contributions(session.members, gathered)
+    log.numbers.update(expected_sum=expected, sum=float(summed[0]), wrong_contributions=wrong)
+    me = session.rank
+    if me in wrong:
+        log.fail(f"this node (node {me}) contributed {wrong[me]:g} instead of {me + 1} (seen so by every node)")
+    others = {r: v for r, v in wrong.items() if r != me}
+    for rank, value in others.items():
+        session.blame(rank, f"allreduce: contributed {value:g} instead of {rank + 1}")
+    if others:
+        named = ", ".join(f"node {r} ({v:g} instead of {r + 1})" for r, v in others.items())
+        off = f": the sum here ({float(bad_sum[0]):g}, expected {expected:g}) is off by theirs" if len(bad_sum) else ""
+        log.note(f"wrong contribution from {named}{off}")
+    elif len(bad_sum):
+        log.fail(
+            f"all_reduce sum {float(bad_sum[0]):g} != {expected:g} on this node (node {me}) though every "
+            "contribution arrived right: this node's reduction is wrong"
+        )
+
+
+def _peer_or_fail(log: StageLog, session: rendezvous.Session, phase: str, error: Exception) -> None:
+    first = (str(error).strip().splitlines() or [type(error).__name__])[0][:300]
+    silent = session.silent(session.members)
+    if not silent:
+        log.fail(f"{phase} failed with every node's heartbeat alive: {type(error).__name__}: {first}")
+        return
+    nodes = ", ".join(map(str, silent))
+    for rank in silent:
+        session.blame(rank, f"allreduce: stopped answering during the {phase} (heartbeat silent)")
+    log.numbers["silent_nodes"] = silent
+    raise Skip(
+        f"node {nodes} stopped answering during the {phase} (its heartbeat is silent: killed or hung); not measured "
+        f"here, node {nodes}'s own report holds the failure ({type(error).__name__}: {first})"
+    )
+
+
+def bandwidth(group: Any, device: str, nodes: int, limit: int) -> list[dict[str, Any]]:
+    import torch
+
+    out = []
+    for size in (s for s in SIZES if s <= limit):
+        tensor = torch.ones(max(2, size // 4), dtype=torch.float32, device=device)
+        group.allreduce([tensor]).wait()  # warm-up
+        times = []
+        for _ in range(TIMED_CALLS):
+            start = time.perf_counter()
+            group.allreduce([tensor]).wait()
+            if device != "cpu":
+                torch.accelerator.synchronize()
+            times.append(time.perf_counter() - start)
+        seconds = statistics.median(times)
+        algbw = size / seconds / 1e9
+        out.append(
+            {
+                "bytes": size,
+                "time_us": round(seconds * 1e6, 1),
+                "algbw_gbps": round(algbw, 4),
+                "busbw_gbps": round(algbw * 2 * (nodes - 1) / nodes, 4),
+            }
+        )
+    return out

@@ -1,0 +1,44 @@
+"""neuron_smoke.stage_allreduce: attribution of a wrong contribution, and a one-node gloo group's checks and
+bandwidth table."""
+
+from __future__ import annotations
+
+import socket
+
+import pytest
+import torch
+from neuron_smoke import rendezvous, stage_allreduce
+from neuron_smoke.backends import CPU
+from neuron_smoke.cluster import ClusterSpec
+from neuron_smoke.context import Context, Options, StageLog
+from neuron_smoke.errors import Skip
+
+
+def test_wrong_contributions_name_their_node() -> None:
+    gathered = [torch.full((4,), 1.0), torch.full((4,), 102.0), torch.full((4,), 4.0)]
+    assert stage_allreduce.wrong_contributions((0, 1, 3), gathered) == {1: 102.0}
+    assert stage_allreduce.wrong_contributions((0, 1), [torch.full((4,), 1.0), torch.full((4,), 2.0)]) == {}
+
+
+def test_a_single_host_skips() -> None:
+    with pytest.raises(Skip, match="single host"):
+        stage_allreduce.run(Context(options=Options(), backend=CPU), StageLog())
+
+
+def test_one_node_runs_the_rounds_and_reports_bandwidth(monkeypatch: pytest.MonkeyPatch) -> None:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = int(probe.getsockname()[1])
+    spec = ClusterSpec(1, 0, "127.0.0.1", port, join_timeout_s=5.0, local_addr="127.0.0.1")
+    monkeypatch.setattr(rendezvous, "_current", [])
+    ctx = Context(options=Options(cluster=spec, allreduce_max_bytes=65536, timeout_s=30), backend=CPU)
+    log = StageLog()
+    try:
+        stage_allreduce.run(ctx, log)
+    finally:
+        rendezvous.close()
+    assert not log.failures, log.failures
+    assert log.numbers["expected_sum"] == 1.0 and log.numbers["wrong_contributions"] == {}
+    table = log.numbers["bandwidth"]
+    assert [row["bytes"] for row in table] == [8, 65536]
+    assert all(row["busbw_gbps"] == 0 and row["algbw_gbps"] > 0 for row in table)  # one node: no bus traffic
