@@ -3,7 +3,7 @@
 # Idempotent: a second run installs nothing and leaves a running dockerd alone. Needs root (CI runners are root).
 set -euo pipefail
 
-packages=(docker.io mmdebstrap gnupg dpkg-dev apt-utils shellcheck uidmap packer)
+packages=(docker.io mmdebstrap gnupg dpkg-dev apt-utils shellcheck uidmap packer libfabric-bin)
 log=/tmp/dockerd.log
 
 missing=()

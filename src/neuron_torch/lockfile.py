@@ -98,8 +98,9 @@ def render_lock(
 
 def lock_problems(lock: Lock, matrix: Matrix, cell: Cell) -> list[str]:
     """Every way the lock breaks the release's rules; empty when it is sound. The gate's own checks
-    (neuron_cell.lockgate, which the image build runs too), then the routing recorded in a sealed lock and the cell's pins. An unsealed lock
-    (pip-compile's, as pip wrote it) is checked for everything but seal and recorded sources: see seal_problems."""
+    (neuron_cell.lockgate, which the image build runs too), then the routing recorded in a sealed lock and the cell's
+    pins. An unsealed lock (pip-compile's, as pip wrote it) is checked for everything but seal and recorded sources:
+    see seal_problems."""
     where = str(lock.path)
     problems = package_problems(lock, cell.id, matrix.forbidden)
     index_names = {url.rstrip("/"): name for name, url in lock.indexes.items()}
@@ -122,7 +123,8 @@ def lock_problems(lock: Lock, matrix: Matrix, cell: Cell) -> list[str]:
 def gate_lock(matrix: Matrix, cell: Cell, path: Path) -> Lock:
     """The one lock gate of every consumer (build image, build ami, bundle, `check --lock --sealed` in the Ansible
     provisioning): the lock must be for this cell, sealed and unedited, and free of CUDA torch, the PyPI placeholder
-    and nvidia-*; refused before any work. The image build reapplies neuron_cell.lockgate's part of it inside the Dockerfile."""
+    and nvidia-*; refused before any work. The image build reapplies neuron_cell.lockgate's part of it inside the
+    Dockerfile."""
     lock = read_lock(path, cell.id)
     problems = seal_problems(lock, cell.id) + lock_problems(lock, matrix, cell)
     if problems:  # a failed check (exit 1), as `check --lock` without --sealed reports the same lock
