@@ -24,6 +24,8 @@ from neuron_smoke.cluster import ClusterSpec
 if TYPE_CHECKING:
     from torch._C._distributed_c10d import TCPStore
 
+    from neuron_smoke.context import StageLog
+
 BEAT_S = 0.2
 SILENT_S = 2.0  # a heartbeat that has not moved for this long: the node is gone or stuck
 POLL_S = 0.05
@@ -150,6 +152,20 @@ _current: list[Session] = []
 
 def current() -> Session | None:
     return _current[0] if _current else None
+
+
+def joined(spec: ClusterSpec, log: StageLog) -> Session | None:
+    """This node's session for a cluster stage, with the nodes that did not join noted; None when this node could
+    not join (the stage has failed, saying why)."""
+    try:
+        found = session(spec)
+    except JoinError as error:
+        log.fail(str(error))
+        return None
+    note = found.missing_note()
+    if note:
+        log.note(note)
+    return found
 
 
 def session(spec: ClusterSpec) -> Session:

@@ -36,13 +36,9 @@ def run(ctx: Context, log: StageLog) -> None:
     spec = ctx.options.cluster
     if spec is None:
         raise Skip(SINGLE_HOST)
-    try:
-        session = rendezvous.session(spec)
-    except rendezvous.JoinError as error:
-        log.fail(str(error))
+    session = rendezvous.joined(spec, log)
+    if session is None:
         return
-    if session.missing_note():
-        log.note(session.missing_note())
     ctx.backend.import_module()
     device = ctx.backend.device_type
     pg_name = ctx.backend.process_group

@@ -37,13 +37,9 @@ def run(ctx: Context, log: StageLog) -> None:
         raise Skip(SINGLE_HOST)
     mine = local_facts(ctx)
     log.numbers["facts"] = mine
-    try:
-        session = rendezvous.session(spec)
-    except rendezvous.JoinError as error:
-        log.fail(str(error))
+    session = rendezvous.joined(spec, log)
+    if session is None:
         return
-    if session.missing_note():
-        log.note(session.missing_note())
     gathered = session.gather("consistency", mine, wait_s(ctx))
     silent = [r for r, f in gathered.items() if f is None]
     if silent:

@@ -11,14 +11,13 @@ node can never give exit 0.
 from __future__ import annotations
 
 import json
-import os
 import re
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
 from neuron_torch.errors import EXIT_FAILED, EXIT_OK, NeuronTorchError
-from neuron_torch.files import check_output_file, read_json
+from neuron_torch.files import check_output_file, read_json, replace_text
 
 SCHEMA = "neuron-cluster-report/1"
 REPORT_NAME = re.compile(r"node-(\d+)\.json")
@@ -189,12 +188,7 @@ def write(verdict: Verdict, out: Path) -> list[Path]:
     out.mkdir(parents=True, exist_ok=True)
     for name, content in zip(OUTPUTS, contents, strict=True):
         path = out / name
-        staged = path.with_name(f".{name}.{os.getpid()}.tmp")
-        try:
-            staged.write_text(content, encoding="utf-8")
-            staged.replace(path)
-        finally:
-            staged.unlink(missing_ok=True)
+        replace_text(path, content)
         written.append(path)
     return written
 
