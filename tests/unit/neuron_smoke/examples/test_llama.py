@@ -3,11 +3,13 @@ attention, forward shape, determinism (seeded, dropout off) and causal-LM loss."
 
 from __future__ import annotations
 
-import math
-
 import pytest
-import torch
 from neuron_smoke.examples import llama, transformer
+
+from tests.unit.neuron_smoke.examples._transformers import (
+    assert_logits_per_token_and_deterministic,
+    assert_loss_near_uniform_reaching_every_parameter,
+)
 
 pytest.importorskip("transformers", reason="the Llama example needs the `eval` extra (transformers)")
 
@@ -35,23 +37,8 @@ def test_the_model_is_llama_at_the_tiny_config_with_grouped_query_attention(exam
 
 
 def test_a_forward_pass_gives_logits_per_token_and_is_deterministic(example: transformer.Example) -> None:
-    model, (ids,), _ = example
-    with torch.no_grad():
-        logits = model(ids).logits
-        again = model(ids).logits  # in training mode: attention dropout is off, so the same
-    assert logits.shape == (transformer.BATCH, transformer.SEQ, CONFIG["vocab_size"])
-    assert torch.equal(logits, again)
-    other, (ids2,), _ = llama.factory()
-    with torch.no_grad():
-        assert torch.equal(ids2, ids) and torch.equal(other(ids2).logits, logits)  # a second build: the same model
+    assert_logits_per_token_and_deterministic(example, llama.factory, CONFIG["vocab_size"])
 
 
 def test_the_loss_starts_near_uniform_and_reaches_every_parameter(example: transformer.Example) -> None:
-    model, (ids,), loss_fn = example
-    model.zero_grad()
-    loss = loss_fn(model(ids))
-    # small random weights: logits near zero, so about the cross entropy of a uniform guess
-    assert loss.shape == () and float(loss.detach()) == pytest.approx(math.log(CONFIG["vocab_size"]), rel=0.05)
-    loss.backward()
-    assert all(p.grad is not None for p in model.parameters())
-    model.zero_grad()
+    assert_loss_near_uniform_reaching_every_parameter(example, CONFIG["vocab_size"])
