@@ -30,7 +30,7 @@ from neuron_torch import commands
 from neuron_torch.cli import main
 from neuron_torch.matrix import Matrix, load_matrix
 from neuron_torch.render import rendered
-from tests import REPO_ROOT
+from tests import REPO_ROOT, written
 from tests.testbed.fixture_indexes import build_release_indexes
 
 REPO = REPO_ROOT
@@ -341,11 +341,7 @@ def inputs(tmp_path_factory: pytest.TempPathFactory, matrix: Matrix) -> Path:
         "not_a_program": "#!/nonexistent/interpreter\n",
     }
     for name, content in {**FILES, **extra}.items():
-        path = root / name
-        if isinstance(content, bytes):
-            path.write_bytes(content)
-        else:
-            path.write_text(content)
+        written(root / name, content)
     (root / "not_a_program").chmod(0o755)
     with (root / "big").open("wb") as big:  # sparse: 33 MiB of NULs costs no disk
         big.truncate(33 * 2**20)
