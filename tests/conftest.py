@@ -10,6 +10,11 @@ from neuron_torch.matrix import Matrix, load_matrix
 from neuron_torch.render import rendered
 from tests import REPO_ROOT as REPO
 
+# Shared helpers that assert, for the tests of more than one file: pytest explains their failures as it does a test's.
+pytest.register_assert_rewrite(
+    "tests.unit.neuron_smoke.examples._transformers",
+)
+
 
 @pytest.fixture(scope="session")
 def repo() -> Path:

@@ -30,7 +30,7 @@ from neuron_torch import commands
 from neuron_torch.cli import main
 from neuron_torch.matrix import Matrix, load_matrix
 from neuron_torch.render import rendered
-from tests import REPO_ROOT
+from tests import REPO_ROOT, written
 from tests.testbed.fixture_indexes import build_release_indexes
 
 REPO = REPO_ROOT
@@ -78,6 +78,23 @@ FILES: dict[str, str | bytes] = {
     "file": "a plain file\n",
 }
 
+# the manifest command given a bad file: (id, the file, expected part of the message)
+MANIFEST: list[tuple[str, str, str]] = [
+    ("manifest folder", "{folder}", "is a folder, not a manifest file"),
+    ("manifest not utf-8", "{binary}", "the manifest file is not UTF-8 text"),
+    ("manifest empty", "{empty}", "the manifest file is empty"),
+    ("manifest missing", "{missing}", "no such manifest file"),
+    ("manifest not JSON", "{not_json}", "not JSON"),
+    ("manifest a list", "{manifest_list}", "no 'neuron_releases' list"),
+    ("manifest packages string", "{manifest_packages_string}", "neuron_releases[0].packages: must be"),
+    ("manifest no name", "{manifest_no_name}", "neuron_releases[0].packages[0].name: must be a string"),
+    ("manifest name int", "{manifest_name_int}", "packages[0].name: must be a string, not int 3"),
+    ("manifest release string", "{manifest_release_string}", "neuron_releases[0]: must be an object"),
+    ("manifest instances", "{manifest_instances_string}", "supported_instances: must be a list"),
+    ("manifest pythons", "{manifest_python_ints}", "supported_python_versions[0]: must be a string"),
+    ("manifest version", "{manifest_version_missing}", "neuron_releases[0].neuron_version: must be"),
+]
+
 # (id, argv with {placeholders}, expected part of the message); every case must exit 2.
 CASES: list[tuple[str, list[str], str]] = [
     ("matrix folder", ["--matrix", "{folder}", "matrix"], "is a folder, not a matrix file"),
@@ -97,19 +114,7 @@ CASES: list[tuple[str, list[str], str]] = [
     ("mirror fingerprint", ["cell", CELL, "--mirror", "{mirror_fingerprint}"], "must be 40 hex digits"),
     ("mirror CA not PEM", ["cell", CELL, "--mirror", "{mirror_ca_not_pem}"], "holds no PEM certificate"),
     ("mirror CA folder", ["cell", CELL, "--mirror", "{mirror_ca_folder}"], "is a folder, not a CA bundle"),
-    ("manifest folder", ["manifest", "{folder}"], "is a folder, not a manifest file"),
-    ("manifest not utf-8", ["manifest", "{binary}"], "the manifest file is not UTF-8 text"),
-    ("manifest empty", ["manifest", "{empty}"], "the manifest file is empty"),
-    ("manifest missing", ["manifest", "{missing}"], "no such manifest file"),
-    ("manifest not JSON", ["manifest", "{not_json}"], "not JSON"),
-    ("manifest a list", ["manifest", "{manifest_list}"], "no 'neuron_releases' list"),
-    ("manifest packages string", ["manifest", "{manifest_packages_string}"], "neuron_releases[0].packages: must be"),
-    ("manifest no name", ["manifest", "{manifest_no_name}"], "neuron_releases[0].packages[0].name: must be a string"),
-    ("manifest name int", ["manifest", "{manifest_name_int}"], "packages[0].name: must be a string, not int 3"),
-    ("manifest release string", ["manifest", "{manifest_release_string}"], "neuron_releases[0]: must be an object"),
-    ("manifest instances", ["manifest", "{manifest_instances_string}"], "supported_instances: must be a list"),
-    ("manifest pythons", ["manifest", "{manifest_python_ints}"], "supported_python_versions[0]: must be a string"),
-    ("manifest version", ["manifest", "{manifest_version_missing}"], "neuron_releases[0].neuron_version: must be"),
+    *((id_, ["manifest", file], message) for id_, file, message in MANIFEST),
     ("manifest release", ["manifest", "{manifest_other_release}", "--release", "2.32.0"], "is not in the manifest"),
     ("check lock folder", ["check", "--lock", "{folder}", "--cell", CELL], "is a folder, not a lock"),
     ("check lock not utf-8", ["check", "--lock", "{binary}", "--cell", CELL], "the lock is not UTF-8 text"),
@@ -283,66 +288,37 @@ MORE: list[Case] = [
     Case("ami only bogus", ["build", "ami", "--cell", CELL, "--only", "qemu"], "invalid choice", 2, ARGPARSE),
     Case("bundle no out", ["bundle", "--cell", CELL], "required: --out", 2, ARGPARSE),
     Case("unknown option", ["matrix", "--bogus"], "unrecognized arguments: --bogus", 2, ARGPARSE),
-    # environment variables, validated as the flags they stand for
-    Case(
-        "UV missing",
-        ["lock", "--cell", CELL, "--out", "{out}"],
-        "$NEURON_TORCH_UV='/nonexistent/uv'",
-        env={"NEURON_TORCH_UV": "/nonexistent/uv"},
-    ),
-    Case(
-        "UV a folder",
-        ["lock", "--cell", CELL, "--out", "{out}"],
-        "no such executable",
-        env={"NEURON_TORCH_UV": "{folder}"},
-    ),
-    Case(
-        "UV not executable",
-        ["lock", "--cell", CELL, "--out", "{out}"],
-        "no such executable",
-        env={"NEURON_TORCH_UV": "{file}"},
-    ),
-    Case(
-        "UV not a program",
-        ["lock", "--cell", CELL, "--out", "{out}"],
-        "could not run uv pip compile",
-        env={"NEURON_TORCH_UV": "{not_a_program}"},
-    ),
-    Case(
-        "DOCKER missing",
-        ["build", "image", "--cell", CELL, "--lock", "{good_lock}"],
-        "$DOCKER='/nonexistent",
-        env={"DOCKER": "/nonexistent/docker"},
-    ),
-    Case(
+]
+LOCK_OUT = ["lock", "--cell", CELL, "--out", "{out}"]
+IMAGE = ["build", "image", "--cell", CELL, "--lock", "{good_lock}"]
+MIRROR, MATRIX = "NEURON_TORCH_MIRROR", "NEURON_TORCH_MATRIX"
+# environment variables, validated as the flags they stand for:
+# (id, argv with {placeholders}, expected part of the message, the variable, its value with {placeholders})
+ENV: list[tuple[str, list[str], str, str, str]] = [
+    ("UV missing", LOCK_OUT, "$NEURON_TORCH_UV='/nonexistent/uv'", "NEURON_TORCH_UV", "/nonexistent/uv"),
+    ("UV a folder", LOCK_OUT, "no such executable", "NEURON_TORCH_UV", "{folder}"),
+    ("UV not executable", LOCK_OUT, "no such executable", "NEURON_TORCH_UV", "{file}"),
+    ("UV not a program", LOCK_OUT, "could not run uv pip compile", "NEURON_TORCH_UV", "{not_a_program}"),
+    ("DOCKER missing", IMAGE, "$DOCKER='/nonexistent", "DOCKER", "/nonexistent/docker"),
+    (
         "MIRROR missing",
         ["cell", CELL],
         "no such mirror settings file; fix --mirror or $NEURON_TORCH_MIRROR",
-        env={"NEURON_TORCH_MIRROR": "{missing}"},
+        MIRROR,
+        "{missing}",
     ),
-    Case(
-        "MIRROR a folder",
-        ["lock", "--cell", CELL],
-        "is a folder, not a mirror settings file",
-        env={"NEURON_TORCH_MIRROR": "{folder}"},
-    ),
-    Case(
-        "MIRROR bad proxy",
-        ["bundle", "--cell", CELL, "--out", "{out}"],
-        "[proxy] https",
-        env={"NEURON_TORCH_MIRROR": "{mirror_proxy}"},
-    ),
-    Case(
-        "MATRIX missing",
-        ["matrix"],
-        "no such matrix file; pass $NEURON_TORCH_MATRIX",
-        env={"NEURON_TORCH_MATRIX": "{missing}"},
-    ),
-    Case("MATRIX not utf-8", ["matrix"], "not UTF-8", env={"NEURON_TORCH_MATRIX": "{binary}"}),
-    Case("MATRIX a folder", ["check"], "is a folder, not a matrix file", env={"NEURON_TORCH_MATRIX": "{folder}"}),
-    Case("PROJECT not a checkout", ["matrix"], "$NEURON_TORCH_PROJECT", env={"NEURON_TORCH_PROJECT": "{folder}"}),
+    ("MIRROR a folder", ["lock", "--cell", CELL], "is a folder, not a mirror settings file", MIRROR, "{folder}"),
+    ("MIRROR bad proxy", ["bundle", "--cell", CELL, "--out", "{out}"], "[proxy] https", MIRROR, "{mirror_proxy}"),
+    ("MATRIX missing", ["matrix"], "no such matrix file; pass $NEURON_TORCH_MATRIX", MATRIX, "{missing}"),
+    ("MATRIX not utf-8", ["matrix"], "not UTF-8", MATRIX, "{binary}"),
+    ("MATRIX a folder", ["check"], "is a folder, not a matrix file", MATRIX, "{folder}"),
+    ("PROJECT not a checkout", ["matrix"], "$NEURON_TORCH_PROJECT", "NEURON_TORCH_PROJECT", "{folder}"),
 ]
-ALL: list[Case] = [Case(*case) for case in CASES] + MORE
+ALL: list[Case] = [
+    *(Case(*case) for case in CASES),
+    *MORE,
+    *(Case(id_, argv, message, env={name: value}) for id_, argv, message, name, value in ENV),
+]
 
 
 def record(schema: int) -> str:
@@ -365,11 +341,7 @@ def inputs(tmp_path_factory: pytest.TempPathFactory, matrix: Matrix) -> Path:
         "not_a_program": "#!/nonexistent/interpreter\n",
     }
     for name, content in {**FILES, **extra}.items():
-        path = root / name
-        if isinstance(content, bytes):
-            path.write_bytes(content)
-        else:
-            path.write_text(content)
+        written(root / name, content)
     (root / "not_a_program").chmod(0o755)
     with (root / "big").open("wb") as big:  # sparse: 33 MiB of NULs costs no disk
         big.truncate(33 * 2**20)

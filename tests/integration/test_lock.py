@@ -36,18 +36,21 @@ def index_args(indexes: dict[str, str]) -> list[str]:
     return [arg for name, url in indexes.items() for arg in ("--index", f"{name}={url}")]
 
 
-def lock(capsys: pytest.CaptureFixture[str], matrix_path: Path, cell: str, indexes: dict[str, str]) -> int:
+def locked(
+    capsys: pytest.CaptureFixture[str], release_copy: Path, cell: str, indexes: dict[str, str]
+) -> tuple[Path, Path]:
+    """`lock --cell CELL` in the release copy against the fixture indexes, which must succeed: its matrix and lock."""
+    matrix_path = release_copy / "constraints" / "matrix.toml"
     code = main(["--matrix", str(matrix_path), "lock", "--cell", cell, *index_args(indexes)])
     capsys.readouterr()
-    return code
+    assert code == 0
+    return matrix_path, release_copy / "constraints" / "locks" / f"{cell}.txt"
 
 
 def test_lock_routes_each_package_to_its_index(
     capsys: pytest.CaptureFixture[str], release_copy: Path, indexes: dict[str, str]
 ) -> None:
-    matrix_path = release_copy / "constraints" / "matrix.toml"
-    assert lock(capsys, matrix_path, MIDDLE, indexes) == 0
-    lock_file = release_copy / "constraints" / "locks" / f"{MIDDLE}.txt"
+    matrix_path, lock_file = locked(capsys, release_copy, MIDDLE, indexes)
     parsed = read_lock(lock_file)
     versions = {p.name: p.version for p in parsed.packages}
     sources = {p.name: p.index_url for p in parsed.packages}
@@ -81,9 +84,7 @@ def test_every_cell_locks_for_its_own_python(
 def test_edited_hash_makes_check_name_the_package(
     capsys: pytest.CaptureFixture[str], release_copy: Path, indexes: dict[str, str]
 ) -> None:
-    matrix_path = release_copy / "constraints" / "matrix.toml"
-    assert lock(capsys, matrix_path, OLDER, indexes) == 0
-    lock_file = release_copy / "constraints" / "locks" / f"{OLDER}.txt"
+    matrix_path, lock_file = locked(capsys, release_copy, OLDER, indexes)
     text = lock_file.read_text()
     nki_hash = read_lock(lock_file).package("nki").hashes[0]  # type: ignore[union-attr]
     lock_file.write_text(text.replace(nki_hash, nki_hash[::-1]))
@@ -96,9 +97,7 @@ def test_edited_hash_makes_check_name_the_package(
 def test_hand_added_package_and_missing_hash_are_named(
     capsys: pytest.CaptureFixture[str], release_copy: Path, indexes: dict[str, str]
 ) -> None:
-    matrix_path = release_copy / "constraints" / "matrix.toml"
-    assert lock(capsys, matrix_path, OLDER, indexes) == 0
-    lock_file = release_copy / "constraints" / "locks" / f"{OLDER}.txt"
+    matrix_path, lock_file = locked(capsys, release_copy, OLDER, indexes)
     lock_file.write_text(lock_file.read_text() + "nvidia-cublas-cu12==12.4.5.8\n    # from " + indexes["pypi"] + "\n")
     found = problems(load_matrix(matrix_path))
     text = "\n".join(found)

@@ -79,7 +79,11 @@ def bad_lock(tmp_path: Path, good_locks: dict[str, str], case: str) -> Path:
     return path
 
 
-def assert_refused(code: int, output: str, case: str) -> None:
+def assert_refused(capsys: pytest.CaptureFixture[str], argv: list[str], case: str) -> None:
+    """`main(argv)` refuses the bad lock of `case`: a failed check naming the lock's problem and the fix."""
+    code = main(argv)
+    out = capsys.readouterr()
+    output = out.out + out.err
     assert code == 1, output  # an unsound lock is a failed check (README "Exit codes"), with or without --sealed
     assert "refusing the lock" in output and BAD_LOCKS[case][1] in output, output
     assert re.search(rf"`neuron-torch (--matrix \S+ )?lock --cell {CELL}`", output), output  # the fix, same release
@@ -94,9 +98,9 @@ def test_build_image_refuses_before_staging(
 ) -> None:
     lock = bad_lock(release_copy, good_locks, case)
     matrix = str(release_copy / "constraints" / "matrix.toml")
-    code = main(["--matrix", matrix, "build", "image", "--cell", CELL, "--lock", str(lock), "--dry-run"])
-    out = capsys.readouterr()
-    assert_refused(code, out.out + out.err, case)
+    assert_refused(
+        capsys, ["--matrix", matrix, "build", "image", "--cell", CELL, "--lock", str(lock), "--dry-run"], case
+    )
     assert not (release_copy / "build").exists()
 
 
@@ -105,9 +109,7 @@ def test_bundle_refuses_before_any_download(
     capsys: pytest.CaptureFixture[str], tmp_path: Path, good_locks: dict[str, str], case: str
 ) -> None:
     lock = bad_lock(tmp_path, good_locks, case)
-    code = main(["bundle", "--cell", CELL, "--lock", str(lock), "--out", str(tmp_path / "bundle")])
-    out = capsys.readouterr()
-    assert_refused(code, out.out + out.err, case)
+    assert_refused(capsys, ["bundle", "--cell", CELL, "--lock", str(lock), "--out", str(tmp_path / "bundle")], case)
     assert not (tmp_path / "bundle").exists()
 
 
@@ -120,9 +122,7 @@ def test_build_ami_refuses_before_packer_runs(
     lock.write_text(BAD_LOCKS[case][0](good_locks))
     matrix = str(release_copy / "constraints" / "matrix.toml")
     packer = release_copy / "packer-must-not-run"
-    code = main(["--matrix", matrix, "build", "ami", "--cell", CELL, "--packer", str(packer)])
-    out = capsys.readouterr()
-    assert_refused(code, out.out + out.err, case)
+    assert_refused(capsys, ["--matrix", matrix, "build", "ami", "--cell", CELL, "--packer", str(packer)], case)
     assert not (release_copy / "build").exists()
 
 

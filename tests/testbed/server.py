@@ -12,6 +12,8 @@ import urllib.error
 import urllib.request
 from pathlib import Path
 
+from tests.testbed.processes import alive
+
 HOST = "127.0.0.1"
 PORT = 38080
 # A token written into the served folder: the server answering on the port is this checkout's only if it serves it.
@@ -92,17 +94,9 @@ def stop(pid_file: Path) -> bool:
         return False
     os.kill(pid, signal.SIGTERM)
     for _ in range(50):
-        if _pid_alive(pid) is False:
+        if not alive(pid):
             break
         time.sleep(0.1)
-    return True
-
-
-def _pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
     return True
 
 

@@ -23,6 +23,7 @@ import pytest
 from neuron_smoke import cli, cores, validate
 from neuron_smoke.evaluate import BASELINE_SCHEMA
 
+from tests import written
 from tests.integration.smoke.conftest import SIM_CELL
 
 REPO = Path(__file__).resolve().parents[2]
@@ -172,18 +173,11 @@ def inputs(tmp_path_factory: pytest.TempPathFactory) -> Path:
         if isinstance(content, dict):
             (root / name).mkdir()
             for file, data in content.items():
-                write(root / name / file, data)
+                written(root / name / file, data)
         else:
-            write(root / name, content)
+            written(root / name, content)
     (root / "folder").mkdir()
     return root
-
-
-def write(path: Path, content: str | bytes) -> None:
-    if isinstance(content, bytes):
-        path.write_bytes(content)
-    else:
-        path.write_text(content)
 
 
 def snapshot(*folders: Path) -> dict[str, bytes]:

@@ -11,18 +11,11 @@ import pytest
 from neuron_smoke import collective_worker, launchers
 
 from tests.integration.smoke.conftest import Verify
+from tests.testbed.processes import alive
 
 
 def _job(tmp_path: Path, process_group: str = "gloo") -> launchers.RankJob:
     return launchers.RankJob(nproc=2, device="cpu", process_group=process_group, timeout_s=20.0, result_dir=tmp_path)
-
-
-def _gone(pid: int) -> bool:
-    try:
-        os.killpg(pid, 0)
-    except ProcessLookupError:
-        return True
-    return False
 
 
 def test_forked_ranks_all_reduce(tmp_path: Path) -> None:
@@ -35,7 +28,7 @@ def test_forked_ranks_all_reduce(tmp_path: Path) -> None:
     assert not result.timed_out
     assert sorted(p.name for p in tmp_path.glob("rank-*.json")) == ["rank-0.json", "rank-1.json"]
     assert '"value": 3.0' in (tmp_path / "rank-1.json").read_text()
-    assert _gone(launcher.pid)
+    assert not alive(launcher.pid, group=True)
 
 
 def test_a_failing_rank_reports_its_traceback(tmp_path: Path) -> None:
@@ -65,13 +58,13 @@ def test_a_hung_rank_is_killed_at_the_deadline(tmp_path: Path, monkeypatch: pyte
         launcher.close()
     assert result.timed_out
     assert 2.0 <= time.monotonic() - start < 10.0
-    assert _gone(launcher.pid), "the launcher's process group (launcher and ranks) must be killed"
+    assert not alive(launcher.pid, group=True), "the launcher's process group (launcher and ranks) must be killed"
 
 
 def test_an_unused_launcher_exits_when_closed() -> None:
     launcher = launchers.ForkLauncher()
     launcher.close()
-    assert _gone(launcher.pid)
+    assert not alive(launcher.pid, group=True)
 
 
 def test_torchrun_launcher_end_to_end(base_env: dict[str, str], tmp_path: Path, fverify: Verify) -> None:

@@ -26,6 +26,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+import neuron_sim_env
 import torch
 
 INJECTORS = ("bf16_addmm", "large_k", "fp32_as_bf16", "blind_tracking", "gil_hang", "rank_hang")
@@ -37,11 +38,7 @@ _libraries: list[torch.library.Library] = []  # kept alive: a Library's kernels 
 
 
 def selected() -> set[str]:
-    names = {n.strip() for n in os.environ.get("NEURON_SIM_INJECT", "").split(",") if n.strip()}
-    unknown = names - set(INJECTORS)
-    if unknown:
-        raise ValueError(f"unknown NEURON_SIM_INJECT value(s): {sorted(unknown)}; known: {', '.join(INJECTORS)}")
-    return names
+    return neuron_sim_env.names("NEURON_SIM_INJECT", INJECTORS, "value(s):", ValueError)
 
 
 def install_from_env() -> None:

@@ -16,6 +16,8 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import neuron_sim_env
+
 RULES = ("device_nodes", "core_ownership", "compile_cache", "eager_fallback", "compile_unsupported", "float64")
 PHYSICAL_CORES_PER_DEVICE = 8  # Trainium2 and Trainium3: 8 NeuronCores per chip, one /dev/neuronN per chip
 LNC_DEFAULT = 2
@@ -48,11 +50,7 @@ class Plan:
 
 
 def rules_off() -> set[str]:
-    off = {r.strip() for r in os.environ.get("NEURON_SIM_RULES_OFF", "").split(",") if r.strip()}
-    unknown = off - set(RULES)
-    if unknown:
-        raise RuleError(f"unknown NEURON_SIM_RULES_OFF rule(s) {sorted(unknown)}; known: {', '.join(RULES)}")
-    return off
+    return neuron_sim_env.names("NEURON_SIM_RULES_OFF", RULES, "rule(s)", RuleError)
 
 
 def is_on(rule: str) -> bool:

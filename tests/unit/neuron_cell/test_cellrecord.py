@@ -12,6 +12,7 @@ import pytest
 
 from neuron_cell import cellrecord
 from neuron_cell.cellrecord import PINNED, RecordError, check, load, problem, schema, schema_version
+from tests import written
 
 
 @pytest.fixture
@@ -97,9 +98,7 @@ def test_load_reads_and_checks(record: dict[str, Any], tmp_path: Path) -> None:
     ids=["missing", "not-utf8", "not-json", "too-large"],
 )
 def test_load_refuses_what_is_not_a_record_file(tmp_path: Path, content: bytes | None, message: str) -> None:
-    path = tmp_path / "cell.json"
-    if content is not None:
-        path.write_bytes(content)
+    path = written(tmp_path / "cell.json", content)
     with pytest.raises(RecordError) as raised:
         load(path)
     assert str(raised.value).startswith(message.format(path=path, limit=cellrecord._MAX_BYTES))

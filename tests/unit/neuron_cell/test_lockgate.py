@@ -23,6 +23,7 @@ from neuron_cell.lockgate import (
     seal_command,
     seal_problems,
 )
+from tests import written
 
 CELL = "2.14-py3.14-ubuntu26.04"
 FORBIDDEN = {"torch-neuronx==1.0": "the PyPI placeholder", "nvidia-*": "CUDA libraries"}
@@ -228,9 +229,7 @@ def test_main_refuses_naming_every_problem(tmp_path: Path, rules: Path, capsys: 
 def test_main_refuses_an_unreadable_lock(
     tmp_path: Path, rules: Path, capsys: pytest.CaptureFixture[str], content: bytes | None, message: str
 ) -> None:
-    lock = tmp_path / "lock.txt"
-    if content is not None:
-        lock.write_bytes(content)
+    lock = written(tmp_path / "lock.txt", content)
     assert main(["--cell", CELL, "--rules", str(rules), str(lock)]) == 1
     err = capsys.readouterr().err
     assert err.startswith("lock gate: cannot read the lock: ") and message in err, err

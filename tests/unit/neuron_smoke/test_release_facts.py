@@ -9,6 +9,8 @@ import pytest
 from neuron_smoke import release_facts
 from neuron_smoke.errors import UsageError
 
+from tests import written
+
 
 @pytest.fixture(autouse=True)
 def fresh() -> None:
@@ -41,9 +43,7 @@ def test_a_release_without_a_fabric_names_none(monkeypatch: pytest.MonkeyPatch, 
 def test_a_bad_facts_file_is_a_usage_error(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path, content: str | None
 ) -> None:
-    path = tmp_path / "facts.json"
-    if content is not None:
-        path.write_text(content)
+    path = written(tmp_path / "facts.json", content)
     monkeypatch.setenv(release_facts.ENV, str(path))
     with pytest.raises(UsageError, match="NEURON_SMOKE_INSTANCE_FACTS="):
         release_facts.check()

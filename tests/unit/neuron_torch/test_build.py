@@ -27,29 +27,18 @@ from neuron_torch.build import (
 from neuron_torch.buildargs import build_args
 from neuron_torch.cellinfo import cell_record
 from neuron_torch.errors import NeuronTorchError
-from neuron_torch.lockfile import LockedPackage, pip_options, read_lock, render_lock
+from neuron_torch.lockfile import pip_options, read_lock
 from neuron_torch.matrix import Cell, Index, Matrix, load_matrix
 from tests import REPO_ROOT
+from tests.testbed import locks
 
 PEM = "-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----\n"
 
 
 def sound_lock(matrix: Matrix, cell: Cell, path: Path, indexes: tuple[Index, ...] | None = None) -> Path:
-    """A sealed lock of the cell's pins, each from its routed index (a family pattern gets a build number)."""
-    indexes = indexes or matrix.indexes
-    urls = {index.name: index.url for index in indexes}
-    packages = tuple(
-        LockedPackage(
-            name,
-            version.replace("*", "1"),
-            "==",
-            (hashlib.sha256(name.encode()).hexdigest(),),
-            urls[matrix.index_for(name).name],
-        )
-        for name, version in cell.pins.items()
-    )
+    """locks.sound_lock of the cell, written to `path`."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(render_lock(matrix, cell, indexes, packages, resolver="uv"))
+    path.write_text(locks.sound_lock(matrix, cell, indexes))
     return path
 
 

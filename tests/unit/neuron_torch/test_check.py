@@ -4,35 +4,19 @@ manifest, a lock of no cell, an unsealed, unsound or unreadable lock each named 
 
 from __future__ import annotations
 
-import hashlib
 import json
 from pathlib import Path
 
 import pytest
 
 from neuron_torch.check import problems
-from neuron_torch.lockfile import LockedPackage, render_lock
 from neuron_torch.matrix import Cell, Matrix, load_matrix
+from tests.testbed.locks import sound_lock
 
 
 @pytest.fixture
 def release(release_copy: Path) -> Matrix:
     return load_matrix(release_copy / "constraints" / "matrix.toml")
-
-
-def sound_lock(matrix: Matrix, cell: Cell) -> str:
-    """A sealed lock of the cell's pins, each from its routed index (a family pattern gets a build number)."""
-    packages = tuple(
-        LockedPackage(
-            name,
-            version.replace("*", "1"),
-            "==",
-            (hashlib.sha256(name.encode()).hexdigest(),),
-            matrix.index_for(name).url,
-        )
-        for name, version in cell.pins.items()
-    )
-    return render_lock(matrix, cell, matrix.indexes, packages, resolver="uv")
 
 
 def write_lock(matrix: Matrix, cell: Cell, text: str, name: str | None = None) -> Path:

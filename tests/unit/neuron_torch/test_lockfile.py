@@ -23,6 +23,7 @@ from neuron_torch.lockfile import (
     with_pip_options,
 )
 from neuron_torch.matrix import Cell, Matrix, canonical_name
+from tests import written
 
 
 def concrete(version: str) -> str:
@@ -167,9 +168,7 @@ def test_the_gate_refuses_naming_the_problems_and_the_fix(tmp_path: Path, matrix
     ids=["missing", "empty", "syntax"],
 )
 def test_read_lock_refuses_with_a_usage_error(tmp_path: Path, content: str | None, problem: str) -> None:
-    path = tmp_path / "lock.txt"
-    if content is not None:
-        path.write_text(content)
+    path = written(tmp_path / "lock.txt", content)
     with pytest.raises(NeuronTorchError) as raised:
         read_lock(path)
     assert str(raised.value).startswith(f"{path}: {problem}") and raised.value.exit_code == 2

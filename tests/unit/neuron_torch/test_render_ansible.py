@@ -4,24 +4,14 @@ document whose body is JSON) hold the matrix's versions, cells, caveats and refu
 from __future__ import annotations
 
 import json
-import shutil
-from pathlib import Path
 
 import pytest
 
 from neuron_torch.cellinfo import caveats, cell_record
 from neuron_torch.errors import UnsupportedError
 from neuron_torch.generated import header
-from neuron_torch.matrix import Matrix, load_matrix
+from neuron_torch.matrix import Matrix
 from neuron_torch.render_ansible import ansible_data, ansible_vars, ansible_vars_path
-from tests import REPO_ROOT
-
-
-@pytest.fixture
-def test_release(tmp_path: Path) -> Matrix:
-    (tmp_path / "constraints").mkdir()
-    shutil.copy(REPO_ROOT / "constraints" / "test-matrix.toml", tmp_path / "constraints")
-    return load_matrix(tmp_path / "constraints" / "test-matrix.toml")
 
 
 def test_the_release_renders_into_ansible_vars_and_others_beside_their_generated_files(

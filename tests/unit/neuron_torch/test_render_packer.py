@@ -5,13 +5,9 @@ from __future__ import annotations
 
 import json
 import re
-import shutil
-from pathlib import Path
-
-import pytest
 
 from neuron_torch.cellrecord import schema_version
-from neuron_torch.matrix import Matrix, load_matrix
+from neuron_torch.matrix import Matrix
 from neuron_torch.render_ansible import ansible_vars_path
 from neuron_torch.render_packer import (
     CELL_FILE,
@@ -23,14 +19,6 @@ from neuron_torch.render_packer import (
     refusals,
     var_file_path,
 )
-from tests import REPO_ROOT
-
-
-@pytest.fixture
-def test_release(tmp_path: Path) -> Matrix:
-    (tmp_path / "constraints").mkdir()
-    shutil.copy(REPO_ROOT / "constraints" / "test-matrix.toml", tmp_path / "constraints")
-    return load_matrix(tmp_path / "constraints" / "test-matrix.toml")
 
 
 def test_inputs_go_to_images_for_the_release_and_under_generated_otherwise(

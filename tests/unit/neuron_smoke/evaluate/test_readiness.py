@@ -8,6 +8,8 @@ from neuron_smoke.evaluate import readiness
 from neuron_smoke.evaluate.inventory import ROOT, Inventory, OpRecord
 from torch import nn
 
+from tests.unit.neuron_smoke.evaluate._readiness import nothing_found
+
 
 def _rec(op: str, module: str = "m", phase: str = "forward", calls: int = 1, **extra: object) -> OpRecord:
     return OpRecord(op, module, phase, calls, **extra)  # type: ignore[arg-type]
@@ -103,11 +105,4 @@ def test_the_scan_counts_every_finding() -> None:
     assert found["findings"] == 1 + 4 + 1 + 1
     assert found["fallback_tracked"] is True and found["compile_failure"]["ops"] == {"aten::gelu.default": ["g"]}
     clean = readiness.scan(nn.Linear(2, 2), None, None, None)
-    assert clean == {
-        "unsupported": [],
-        "float64": [],
-        "fallback": [],
-        "fallback_tracked": False,
-        "compile_failure": None,
-        "findings": 0,
-    }
+    assert clean == nothing_found()

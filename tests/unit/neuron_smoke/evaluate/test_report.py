@@ -14,6 +14,8 @@ import pytest
 from neuron_smoke.evaluate import plots, report
 from neuron_smoke.evaluate.sections import Section, build_sections
 
+from tests.unit.neuron_smoke.evaluate._readiness import nothing_found
+
 
 def test_the_json_is_compact_and_spells_non_finite_numbers(tmp_path: Path) -> None:
     data = {"a": math.inf, "b": [-math.inf, {"c": math.nan}], "d": (1.5, "x"), "e": None}
@@ -63,14 +65,7 @@ def _data() -> dict[str, Any]:
         "versions": {"torch": "2.13.0"},
         "rtol": 1e-3,
         "timing": {"first_call_s": 0.5, "p50_ms": 1.0, "p95_ms": 2.0, "iterations": 10},
-        "readiness": {
-            "unsupported": [],
-            "float64": [],
-            "fallback": [],
-            "fallback_tracked": False,
-            "compile_failure": None,
-            "findings": 0,
-        },
+        "readiness": nothing_found(),
         "inventory": [{"op": "aten::addmm.default", "module": "fc", "calls": 1, "dtypes": ["float32"]}],
         "tensors": [
             {

@@ -7,10 +7,11 @@ from typing import Any
 import pytest
 from neuron_smoke.evaluate import plots, sections
 
+from tests.unit.neuron_smoke.evaluate._readiness import nothing_found
+
 
 def _readiness(**changes: Any) -> dict[str, Any]:
-    found = {"unsupported": [], "float64": [], "fallback": [], "fallback_tracked": False, "compile_failure": None}
-    return {**found, "findings": 0, "compile_tried": False, "untied": [], **changes}
+    return {**nothing_found(), "compile_tried": False, "untied": [], **changes}
 
 
 def _scan_data(**changes: Any) -> dict[str, Any]:

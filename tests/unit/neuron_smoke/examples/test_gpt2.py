@@ -3,25 +3,19 @@ determinism (seeded, dropout off), tied head and causal-LM loss."""
 
 from __future__ import annotations
 
-import math
-
 import pytest
-import torch
 from neuron_smoke.examples import gpt2, transformer
+
+from tests.unit.neuron_smoke.examples import _transformers
 
 pytest.importorskip("transformers", reason="the GPT-2 example needs the `eval` extra (transformers)")
 
 CONFIG = transformer.MODELS["gpt2"][2]
-
-
-@pytest.fixture(scope="module")
-def example() -> transformer.Example:
-    return gpt2.factory()
+example = _transformers.example_of(gpt2.factory)
 
 
 def test_the_model_is_gpt2_at_the_tiny_config(example: transformer.Example) -> None:
-    model, (ids,), _ = example
-    assert type(model).__name__ == "GPT2LMHeadModel" and model.training
+    model = _transformers.assert_built(example, "GPT2LMHeadModel", CONFIG["vocab_size"])
     cfg = model.config
     assert (cfg.n_layer, cfg.n_embd, cfg.n_head, cfg.vocab_size) == (
         CONFIG["n_layer"],
@@ -29,29 +23,13 @@ def test_the_model_is_gpt2_at_the_tiny_config(example: transformer.Example) -> N
         CONFIG["n_head"],
         CONFIG["vocab_size"],
     )
-    assert cfg._attn_implementation == "eager" and len(model.transformer.h) == CONFIG["n_layer"]
+    assert len(model.transformer.h) == CONFIG["n_layer"]
     assert model.lm_head.weight is model.transformer.wte.weight  # tied: the case capture.move ties again
-    assert ids.shape == (transformer.BATCH, transformer.SEQ) and int(ids.max()) < CONFIG["vocab_size"]
 
 
 def test_a_forward_pass_gives_logits_per_token_and_is_deterministic(example: transformer.Example) -> None:
-    model, (ids,), _ = example
-    with torch.no_grad():
-        logits = model(ids).logits
-        again = model(ids).logits  # in training mode: dropout is off, so the same
-    assert logits.shape == (transformer.BATCH, transformer.SEQ, CONFIG["vocab_size"])
-    assert torch.equal(logits, again)
-    other, (ids2,), _ = gpt2.factory()
-    with torch.no_grad():
-        assert torch.equal(ids2, ids) and torch.equal(other(ids2).logits, logits)  # a second build: the same model
+    _transformers.assert_logits_per_token_and_deterministic(example, gpt2.factory, CONFIG["vocab_size"])
 
 
 def test_the_loss_starts_near_uniform_and_reaches_every_parameter(example: transformer.Example) -> None:
-    model, (ids,), loss_fn = example
-    model.zero_grad()
-    loss = loss_fn(model(ids))
-    # small random weights: logits near zero, so about the cross entropy of a uniform guess
-    assert loss.shape == () and float(loss.detach()) == pytest.approx(math.log(CONFIG["vocab_size"]), rel=0.05)
-    loss.backward()
-    assert all(p.grad is not None for p in model.parameters())
-    model.zero_grad()
+    _transformers.assert_loss_near_uniform_reaching_every_parameter(example, CONFIG["vocab_size"])

@@ -3,26 +3,19 @@ attention, forward shape, determinism (seeded, dropout off) and causal-LM loss."
 
 from __future__ import annotations
 
-import math
-
 import pytest
-import torch
 from neuron_smoke.examples import llama, transformer
+
+from tests.unit.neuron_smoke.examples import _transformers
 
 pytest.importorskip("transformers", reason="the Llama example needs the `eval` extra (transformers)")
 
 CONFIG = transformer.MODELS["llama"][2]
-
-
-@pytest.fixture(scope="module")
-def example() -> transformer.Example:
-    return llama.factory()
+example = _transformers.example_of(llama.factory)
 
 
 def test_the_model_is_llama_at_the_tiny_config_with_grouped_query_attention(example: transformer.Example) -> None:
-    model, (ids,), _ = example
-    assert type(model).__name__ == "LlamaForCausalLM" and model.training
-    assert model.config._attn_implementation == "eager"
+    model = _transformers.assert_built(example, "LlamaForCausalLM", CONFIG["vocab_size"])
     layers = model.model.layers
     assert len(layers) == CONFIG["num_hidden_layers"]
     head_dim = CONFIG["hidden_size"] // CONFIG["num_attention_heads"]
@@ -31,27 +24,11 @@ def test_the_model_is_llama_at_the_tiny_config_with_grouped_query_attention(exam
     assert attn.k_proj.out_features == attn.v_proj.out_features == CONFIG["num_key_value_heads"] * head_dim
     assert (mlp.up_proj.in_features, mlp.up_proj.out_features) == (CONFIG["hidden_size"], CONFIG["intermediate_size"])
     assert model.lm_head.out_features == CONFIG["vocab_size"]
-    assert ids.shape == (transformer.BATCH, transformer.SEQ) and int(ids.max()) < CONFIG["vocab_size"]
 
 
 def test_a_forward_pass_gives_logits_per_token_and_is_deterministic(example: transformer.Example) -> None:
-    model, (ids,), _ = example
-    with torch.no_grad():
-        logits = model(ids).logits
-        again = model(ids).logits  # in training mode: attention dropout is off, so the same
-    assert logits.shape == (transformer.BATCH, transformer.SEQ, CONFIG["vocab_size"])
-    assert torch.equal(logits, again)
-    other, (ids2,), _ = llama.factory()
-    with torch.no_grad():
-        assert torch.equal(ids2, ids) and torch.equal(other(ids2).logits, logits)  # a second build: the same model
+    _transformers.assert_logits_per_token_and_deterministic(example, llama.factory, CONFIG["vocab_size"])
 
 
 def test_the_loss_starts_near_uniform_and_reaches_every_parameter(example: transformer.Example) -> None:
-    model, (ids,), loss_fn = example
-    model.zero_grad()
-    loss = loss_fn(model(ids))
-    # small random weights: logits near zero, so about the cross entropy of a uniform guess
-    assert loss.shape == () and float(loss.detach()) == pytest.approx(math.log(CONFIG["vocab_size"]), rel=0.05)
-    loss.backward()
-    assert all(p.grad is not None for p in model.parameters())
-    model.zero_grad()
+    _transformers.assert_loss_near_uniform_reaching_every_parameter(example, CONFIG["vocab_size"])
