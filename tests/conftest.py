@@ -54,27 +54,30 @@ SHARED = {
     "tests/integration/smoke/test_faults.py": "smoke-clean-run",
     "tests/integration/smoke/test_verify_device.py": "smoke-clean-run",
 }
-# Seconds each unit took with 3 workers on the loaded 2-core machine (the "lanes" summary of scripts/test.sh), only
+# Seconds each unit took with 3 workers on the loaded 2-core machine (a clean-clone CI run of this tree, 1383 s) (the "lanes" summary of scripts/test.sh), only
 # to start the longest first: an unlisted file counts as quick. Wrong numbers cost time, never correctness.
 SECONDS = {
-    "tests/integration/test_fleet.py": 926,
-    "tests/integration/test_molecule.py": 774,
-    "tests/integration/test_packer.py": 734,
-    "smoke-clean-run": 574,
-    "image": 480,
-    "tests/integration/test_quickstart.py": 196,
-    "tests/integration/smoke/test_evaluate.py": 135,
-    "tests/integration/test_ansible.py": 125,
-    "tests/integration/test_pip_tools.py": 82,
+    "tests/integration/test_fleet.py": 760,
+    "tests/integration/test_molecule.py": 720,
+    "tests/integration/test_packer.py": 639,
+    "smoke-clean-run": 502,
+    "image": 347,
+    "tests/integration/test_quickstart.py": 143,
+    "tests/integration/smoke/test_evaluate.py": 136,
+    "tests/integration/test_ansible.py": 114,
+    "tests/integration/smoke/test_cluster.py": 84,
+    "tests/integration/test_pip_tools.py": 77,
     "tests/integration/smoke/test_runtime_rules.py": 69,
-    "tests/integration/test_lock_gate.py": 46,
-    "tests/integration/test_release_bump.py": 41,
-    "tests/integration/test_bundle.py": 30,
-    "tests/integration/test_lock.py": 30,
-    "tests/integration/test_install.py": 30,
-    "tests/integration/smoke/test_launchers.py": 28,
-    "tests/integration/test_testbed_secrets.py": 23,
-    "tests/integration/test_bad_inputs.py": 15,
+    "tests/integration/test_bad_inputs.py": 47,
+    "tests/integration/test_release_bump.py": 45,
+    "tests/integration/test_lock.py": 40,
+    "tests/integration/test_lock_gate.py": 32,
+    "tests/integration/test_bundle.py": 26,
+    "tests/integration/smoke/test_registry.py": 26,
+    "tests/integration/test_install.py": 21,
+    "tests/unit/neuron_smoke/evaluate/test_evaluate.py": 19,
+    "tests/integration/smoke/test_launchers.py": 17,
+    "tests/integration/test_testbed_secrets.py": 16,
 }
 
 

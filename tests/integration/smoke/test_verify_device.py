@@ -10,10 +10,21 @@ import xml.etree.ElementTree as ET
 from pathlib import Path
 
 import pytest
+from neuron_smoke import registry
+from neuron_smoke.stage_fabric import SINGLE_HOST
 
 from tests.integration.smoke.conftest import SIM_CELL, Run, Verify, verify
 
-STAGES = ["environment", "device", "matmul", "model", "fallback", "compile", "dtype", "collectives", "throughput"]
+STAGES = list(registry.NAMES)  # the run order is the registry's
+# The cluster stages (their titles say so in the registry): on one host each skips, saying why.
+CLUSTER = [entry.name for entry in registry.TABLE if entry.title.startswith("cluster:")]
+SINGLE_HOST_SKIPS = dict.fromkeys(CLUSTER, "skip")
+
+
+def _single_host_skips(run: Run) -> None:
+    assert CLUSTER and all(run.stage(name)["reason"] == SINGLE_HOST for name in CLUSTER), run.output
+
+
 # The fault tests concern the single-process stages; the collectives have their own tests (test_launchers.py).
 NO_COLLECTIVES = "--stages=environment,device,matmul,model,fallback,compile,dtype,throughput"
 SMALL = "--throughput-size=256"
@@ -25,7 +36,8 @@ def test_cpu_run_passes_and_reports_every_stage(base_env: dict[str, str], tmp_pa
     assert run.returncode == 0
     assert [s["name"] for s in run.report["stages"]] == STAGES
     statuses = {s["name"]: s["status"] for s in run.report["stages"]}
-    assert statuses == {**dict.fromkeys(STAGES, "pass"), "fallback": "skip"}
+    assert statuses == {**dict.fromkeys(STAGES, "pass"), "fallback": "skip", **SINGLE_HOST_SKIPS}
+    _single_host_skips(run)
     assert "no CPU-fallback op tracking" in run.stage("fallback")["reason"]
     assert run.stage("environment")["notes"][0].startswith("pins not checked")
     assert run.stage("collectives")["numbers"]["expected_sum"] == 3
@@ -60,7 +72,11 @@ def test_sim_neuron_passes_every_stage(clean_sim_run: Run) -> None:
     run = clean_sim_run
     assert run.returncode == 0, run.output
     assert [s["name"] for s in run.report["stages"]] == STAGES
-    assert {s["status"] for s in run.report["stages"]} == {"pass"}
+    assert {s["name"]: s["status"] for s in run.report["stages"]} == {
+        **dict.fromkeys(STAGES, "pass"),
+        **SINGLE_HOST_SKIPS,
+    }
+    _single_host_skips(run)
     _assert_environment_and_cores(run)
     fallback = run.stage("fallback")["numbers"]
     assert fallback["fallback_ops"] == {} and fallback["executed_op_calls"] > 0
@@ -274,5 +290,5 @@ def test_pytest_entry_runs_the_stages(base_env: dict[str, str], tmp_path: Path) 
     )
     print(proc.stdout, proc.stderr)
     assert proc.returncode == 0
-    assert "4 passed, 5 skipped" in proc.stdout
+    assert f"4 passed, {len(STAGES) - 4} skipped" in proc.stdout  # the five selected, fallback skipped on the CPU
     assert "fallback: cpu has no CPU-fallback op tracking" in proc.stdout
