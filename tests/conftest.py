@@ -54,8 +54,9 @@ SHARED = {
     "tests/integration/smoke/test_faults.py": "smoke-clean-run",
     "tests/integration/smoke/test_verify_device.py": "smoke-clean-run",
 }
-# Seconds each unit took with 3 workers on the loaded 2-core machine (a clean-clone CI run of this tree, 1383 s) (the "lanes" summary of scripts/test.sh), only
-# to start the longest first: an unlisted file counts as quick. Wrong numbers cost time, never correctness.
+# Seconds each unit took with 3 workers on the 2-core machine in a clean-clone CI run (1383 s; the "lanes" summary
+# of scripts/test.sh), only to start the longest first: an unlisted file counts as quick. Wrong numbers cost time,
+# never correctness.
 SECONDS = {
     "tests/integration/test_fleet.py": 760,
     "tests/integration/test_molecule.py": 720,
