@@ -1,6 +1,8 @@
 #!/bin/sh
 # Writes /etc/neuron-torch/version-info.json on the build target: every Neuron apt package and pip package installed,
-# the kernel and dkms status. Runs as root on the target (POSIX sh: the target may have no bash yet).
+# the kernel and dkms status. Runs as root on the target (POSIX sh: the target may have no bash yet). The cell record
+# is read through neuron_cell's one checked loader (installed at /opt/neuron-torch/lib by the provisioning): a record
+# of another schema stops the build, naming it.
 set -eu
 out=/etc/neuron-torch/version-info.json
 python=/opt/neuron-torch/venv/bin/python
@@ -12,13 +14,19 @@ dkms_status=$(command -v dkms >/dev/null 2>&1 && dkms status 2>&1 || echo 'dkms 
 APT_LIST=$apt_list PIP_LIST=$pip_list DKMS_STATUS=$dkms_status KERNEL=$(uname -r) "$python" - "$out" <<'PY'
 import json, os, platform, sys
 from datetime import datetime, timezone
+from pathlib import Path
+
+sys.path.insert(0, "/opt/neuron-torch/lib")
+from neuron_cell import cellrecord
 
 def cell():
-    try:
-        with open("/etc/neuron-torch/cell.json", encoding="utf-8") as f:
-            return json.load(f)
-    except (OSError, ValueError):
+    path = Path("/etc/neuron-torch/cell.json")
+    if not path.exists():
         return None
+    try:
+        return cellrecord.load(path)
+    except cellrecord.RecordError as error:
+        sys.exit(f"version-info: {error}")
 
 record = {
     "generated_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
