@@ -25,7 +25,8 @@ def installed(tmp_path_factory: pytest.TempPathFactory) -> Path:
     offline with this venv's setuptools, its dependencies (packaging, pip-tools) come from the package index."""
     root = tmp_path_factory.mktemp("install")
     source = root / "source"  # a copy, so that the build leaves nothing (build/, *.egg-info) in the checkout
-    shutil.copytree(REPO / "src", source / "src", ignore=shutil.ignore_patterns("__pycache__", "*.egg-info"))
+    for folder in ("src", "smoke_tests"):  # the packages: neuron_torch, neuron_cell and neuron_smoke
+        shutil.copytree(REPO / folder, source / folder, ignore=shutil.ignore_patterns("__pycache__", "*.egg-info"))
     for name in ("pyproject.toml", "README.md", "LICENSE"):
         shutil.copy(REPO / name, source / name)
     built = subprocess.run(
@@ -66,6 +67,25 @@ def test_matrix_cell_and_check_run_from_another_folder(installed: Path, tmp_path
     assert checked.returncode == 0, checked.stderr
     assert "generated files up to date" in checked.stdout
     assert list(tmp_path.iterdir()) == []  # nothing written where it ran
+
+
+def test_the_install_gives_verify_device_with_its_stages_and_neuron_cell(installed: Path, tmp_path: Path) -> None:
+    """`pip install .` installs the `verify-device` console script (the smoke tests are part of the distribution),
+    with neuron_cell and its data beside it: the command a user types after the install, from any folder."""
+    verify = installed.parent / "verify-device"
+    helped = subprocess.run([str(verify), "--help"], cwd=tmp_path, capture_output=True, text=True, env=CLEAN)
+    assert helped.returncode == 0, helped.stderr
+    assert "usage: verify-device" in helped.stdout and "environment" in helped.stdout
+    probe = "import neuron_cell, neuron_smoke; from neuron_cell import cellrecord; print(cellrecord.schema_version())"
+    kit = subprocess.run([str(installed.parent / "python"), "-c", probe], capture_output=True, text=True, env=CLEAN)
+    assert kit.returncode == 0 and kit.stdout.strip().isdigit(), kit.stderr
+    # No torch in the toolkit's venv: the environment stage fails naming it, as one line of output per stage, exit 1.
+    ran = subprocess.run(
+        [str(verify), "--device", "cpu", "--stages", "environment", "--report", str(tmp_path / "r.json")],
+        cwd=tmp_path, capture_output=True, text=True, env=CLEAN, timeout=120,
+    )  # fmt: skip
+    assert ran.returncode == 1 and "Traceback" not in ran.stdout + ran.stderr, ran.stdout + ran.stderr
+    assert "cannot import torch" in (tmp_path / "r.json").read_text()
 
 
 def test_without_a_project_it_says_how_to_name_one(installed: Path, tmp_path: Path) -> None:
