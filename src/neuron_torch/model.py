@@ -90,6 +90,9 @@ class PythonInstall:
 
 @dataclass(frozen=True)
 class InstanceFamily:
+    """An instance family of the release ([instance_families]): its CPU architecture and the logical NeuronCore
+    size its instances start with (NEURON_LOGICAL_NC_CONFIG's default)."""
+
     name: str
     arch: str
     lnc_default: int
@@ -220,6 +223,9 @@ class Fabric:
 
 @dataclass(frozen=True)
 class Matrix:
+    """The release as constraints/matrix.toml states it, checked (matrix_schema.py), with the folders it names
+    resolved against its checkout (`root`)."""
+
     path: Path
     root: Path
     release: Release

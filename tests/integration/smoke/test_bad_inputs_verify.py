@@ -80,6 +80,22 @@ FILES: dict[str, str | bytes | dict[str, str | bytes]] = {
 }
 
 EVAL = ["--device", "cpu", "--model", MODEL]
+
+
+def unwritable(label: str, argv: list[str], flag: str, leaf: str) -> list[Case]:
+    """`flag` (an output path) in each of the three places nobody can write (the module's docstring says why)."""
+    return [
+        Case(f"{label} read-only", [*argv, flag, f"/sys/kernel/{leaf}"], "cannot write in /sys/kernel"),
+        Case(f"{label} in /proc", [*argv, flag, f"/proc/{leaf}"], "cannot write in /proc"),
+        Case(f"{label} under a file", [*argv, flag, f"{{file}}/{leaf}"], "is a file, so"),
+    ]
+
+
+def values(label: str, argv: list[str], rows: tuple[tuple[str, str, str], ...]) -> list[Case]:
+    """One case per (name, value, message): `argv` ending in the option, given that value."""
+    return [Case(f"{label} {name}", [*argv, value], message) for name, value, message in rows]
+
+
 CASES: list[Case] = [
     # options
     Case("unknown option", ["--bogus"], "unrecognized arguments: --bogus", ARGPARSE),
@@ -97,15 +113,21 @@ CASES: list[Case] = [
     Case("floor 100", ["--throughput-floor", "100"], "--throughput-floor must be a percentage"),
     Case("floor negative", ["--throughput-floor", "-1"], "--throughput-floor must be a percentage"),
     # the cell file
-    Case("cell file binary", ["--cell-file", "{binary}"], "not UTF-8 text"),
-    Case("cell file NUL", ["--cell-file", "{nul}"], "holds NUL bytes"),
-    Case("cell file missing", ["--cell-file", "{missing}"], "No such file or directory"),
-    Case("cell file folder", ["--cell-file", "{folder}"], "is a folder, not a file"),
-    Case("cell file device", ["--cell-file", "/dev/zero"], "is not a regular file"),
-    Case("cell file empty", ["--cell-file", "{empty}"], "not JSON"),
-    Case("cell file not JSON", ["--cell-file", "{not_json}"], "not JSON"),
-    Case("cell file a list", ["--cell-file", "{a_list}"], "cell file"),
-    Case("cell file old schema", ["--cell-file", "{old_schema}"], "schema"),
+    *values(
+        "cell file",
+        ["--cell-file"],
+        (
+            ("binary", "{binary}", "not UTF-8 text"),
+            ("NUL", "{nul}", "holds NUL bytes"),
+            ("missing", "{missing}", "{missing}: no such cell file; pass a cell record"),
+            ("folder", "{folder}", "{folder}: is a folder, not a cell file"),
+            ("device", "/dev/zero", "is not a regular file"),
+            ("empty", "{empty}", "the cell file is empty"),
+            ("not JSON", "{not_json}", "not JSON"),
+            ("a list", "{a_list}", "cell file"),
+            ("old schema", "{old_schema}", "schema"),
+        ),
+    ),
     Case("cell file other cell", ["--cell-file", "{cell}", "--cell", "2.14-py3.14-ubuntu26.04"], "does not match"),
     Case(
         "cell without CLI",
@@ -114,39 +136,46 @@ CASES: list[Case] = [
         env={"PATH": "{folder}"},
     ),
     # output paths, checked before torch
+    *unwritable("report", [], "--report", "r.json"),
+    *unwritable("junit", [], "--junit", "j.xml"),
+    *unwritable("record", EVAL, "--record", "base"),
+    *unwritable("eval report", [*EVAL, "--shapes", "1x4"], "--eval-report", "e"),
     Case("report a folder", ["--report", "{folder}"], "--report {folder} is a folder"),
-    Case("report under a file", ["--report", "{file}/r.json"], "is a file, so"),
-    Case("report read-only", ["--report", "/sys/kernel/r.json"], "cannot write in /sys/kernel"),
-    Case("report in /proc", ["--report", "/proc/r.json"], "cannot write in /proc"),
     Case("junit a folder", ["--junit", "{folder}"], "--junit {folder} is a folder"),
-    Case("junit under a file", ["--junit", "{file}/j.xml"], "is a file, so"),
-    Case("junit read-only", ["--junit", "/sys/kernel/j.xml"], "cannot write in /sys/kernel"),
     Case("report is junit", ["--report", "{out}", "--junit", "{out}"], "give each its own file"),
     Case("record a file", [*EVAL, "--record", "{file}"], "--record {file} is a file"),
-    Case("record read-only", [*EVAL, "--record", "/sys/kernel/base"], "cannot write in /sys/kernel"),
-    Case("record under a file", [*EVAL, "--record", "{file}/base"], "is a file, so the folder cannot be made"),
     Case("record not a baseline", [*EVAL, "--record", "{full}"], "exists and is not a baseline directory"),
     Case("eval report a file", [*EVAL, "--shapes", "1x4", "--eval-report", "{file}"], "is a file; --eval-report"),
-    Case("eval report read-only", [*EVAL, "--shapes", "1x4", "--eval-report", "/sys/kernel/e"], "/sys/kernel"),
     Case("eval report alone", ["--eval-report", "{out}"], "--eval-report DIR goes with --record"),
-    Case("eval report in /proc", [*EVAL, "--shapes", "1x4", "--eval-report", "/proc/e"], "cannot write in /proc"),
     # the evaluation's inputs
     Case("record and baseline", [*EVAL, "--record", "{out}", "--baseline", "{out}"], "record a baseline first"),
     Case("shapes without model", ["--device", "cpu", "--shapes", "1x4"], "need --model"),
-    Case("shapes huge", [*EVAL, "--shapes", "1x99999999999"], "has more elements than"),
-    Case("shapes digits", [*EVAL, "--shapes", "1x" + "9" * 5000], "(5002 characters)"),
-    Case("shapes no dims", [*EVAL, "--shapes", "8x"], "is not a shape like 8x128"),
-    Case("shapes zero", [*EVAL, "--shapes", "8x0"], "has a dimension <= 0"),
-    Case("shapes none", [*EVAL, "--shapes", ","], "give at least one shape"),
-    Case("baseline missing", [*EVAL, "--baseline", "{missing}"], "no index.json there"),
-    Case("baseline no index", [*EVAL, "--baseline", "{base_no_index}"], "no index.json there"),
-    Case("baseline bad index", [*EVAL, "--baseline", "{base_bad_index}"], "baseline index"),
-    Case("baseline old schema", [*EVAL, "--baseline", "{base_old_schema}"], "'neuron-eval-baseline/0', expected"),
-    Case("baseline no tensors", [*EVAL, "--baseline", "{base_no_tensors}"], "tensors.safetensors is missing"),
-    Case("baseline truncated", [*EVAL, "--baseline", "{base_truncated}"], "is truncated (78 of 86 bytes)"),
-    Case("baseline garbage", [*EVAL, "--baseline", "{base_garbage}"], "is no safetensors file"),
-    Case("baseline header", [*EVAL, "--baseline", "{base_header_not_json}"], "its header is not JSON"),
-    Case("baseline offsets", [*EVAL, "--baseline", "{base_no_offsets}"], "tensor 'w' has no data offsets"),
+    *values(
+        "shapes",
+        [*EVAL, "--shapes"],
+        (
+            ("huge", "1x99999999999", "has more elements than"),
+            ("digits", "1x" + "9" * 5000, "(5002 characters)"),
+            ("no dims", "8x", "is not a shape like 8x128"),
+            ("zero", "8x0", "has a dimension <= 0"),
+            ("none", ",", "give at least one shape"),
+        ),
+    ),
+    *values(
+        "baseline",
+        [*EVAL, "--baseline"],
+        (
+            ("missing", "{missing}", "no index.json there"),
+            ("no index", "{base_no_index}", "no index.json there"),
+            ("bad index", "{base_bad_index}", "baseline index"),
+            ("old schema", "{base_old_schema}", "'neuron-eval-baseline/0', expected"),
+            ("no tensors", "{base_no_tensors}", "tensors.safetensors is missing"),
+            ("truncated", "{base_truncated}", "is truncated (78 of 86 bytes)"),
+            ("garbage", "{base_garbage}", "is no safetensors file"),
+            ("header", "{base_header_not_json}", "its header is not JSON"),
+            ("offsets", "{base_no_offsets}", "tensor 'w' has no data offsets"),
+        ),
+    ),
     # environment variables, validated as the flags they stand for
     Case("SMOKE_DEVICE garbage", [], "NEURON_SMOKE_DEVICE='garbage'", env={"NEURON_SMOKE_DEVICE": "garbage"}),
     Case("SMOKE_DEVICE long", [], "(5000 characters)", env={"NEURON_SMOKE_DEVICE": LONG}),
