@@ -13,7 +13,6 @@ from neuron_cell import cellrecord
 from neuron_cell.cellrecord import PINNED
 from neuron_cell.locktext import canonical
 from neuron_smoke.errors import UsageError
-from neuron_smoke.paths import read_json
 
 DEFAULT_CELL_FILE = "/etc/neuron-torch/cell.json"
 NEURON_DISTRIBUTIONS = frozenset({"torch-neuronx", "neuronx-cc", "nki"})
@@ -36,7 +35,10 @@ def load_cell(cell_file: str | None, cell_id: str | None) -> tuple[dict[str, Any
 
 
 def _read(path: Path, what: str) -> dict[str, Any]:
-    return _checked(read_json(path, what), f"{what} {path}")
+    try:
+        return cellrecord.load(path, what=what)
+    except cellrecord.RecordError as error:
+        raise UsageError(str(error)) from error
 
 
 def _checked(data: Any, source: str) -> dict[str, Any]:

@@ -9,7 +9,7 @@ import struct
 from pathlib import Path
 from typing import Any
 
-from neuron_cell import outputs
+from neuron_cell import inputs, outputs
 from neuron_cell.boundary import quote
 from neuron_smoke.errors import UsageError
 
@@ -32,30 +32,12 @@ def output_folder(path: Path, option: str) -> None:
         raise UsageError(str(error)) from None
 
 
-def read_text(path: Path, what: str) -> str:
-    """A small UTF-8 text file; a usage error naming the problem otherwise."""
+def read_json(path: Path, what: str, fix: str) -> Any:
+    """A small JSON file, through neuron_cell.inputs (the one bounded reader); a usage error naming the problem."""
     try:
-        if path.exists() and not path.is_dir() and not path.is_file():
-            raise UsageError(f"{what} {path}: is not a regular file")
-        if path.is_file() and path.stat().st_size > MAX_INPUT_BYTES:
-            raise UsageError(f"{what} {path}: is {path.stat().st_size / 1e6:.0f} MB, not a {what}")
-        text = path.read_text(encoding="utf-8")
-    except UnicodeDecodeError as error:
-        raise UsageError(f"{what} {path}: not UTF-8 text ({error.reason} at byte {error.start})") from None
-    except IsADirectoryError:
-        raise UsageError(f"{what} {path}: is a folder, not a file") from None
-    except OSError as error:
-        raise UsageError(f"cannot read {what} {path}: {error.strerror}") from None
-    if "\x00" in text:
-        raise UsageError(f"{what} {path}: holds NUL bytes, so it is not a text file")
-    return text
-
-
-def read_json(path: Path, what: str) -> Any:
-    try:
-        return json.loads(read_text(path, what))
-    except json.JSONDecodeError as error:
-        raise UsageError(f"{what} {path}: not JSON ({error})") from None
+        return inputs.read_json(path, what, fix, MAX_INPUT_BYTES)
+    except inputs.InputError as error:
+        raise UsageError(str(error)) from None
 
 
 def check_safetensors(path: Path, option: str) -> None:
@@ -98,7 +80,7 @@ def check_baseline(path: Path) -> None:
     index_file = path / "index.json"
     if not index_file.is_file():
         raise UsageError(f"--baseline {path}: no index.json there; record one with --record {path}")
-    index = read_json(index_file, "baseline index")
+    index = read_json(index_file, "baseline index", f"record the baseline again with --record {path}")
     if not isinstance(index, dict) or index.get("schema") != BASELINE_SCHEMA:
         found = quote(index.get("schema")) if isinstance(index, dict) else "not a JSON object"
         raise UsageError(f"--baseline {path}: index.json schema {found}, expected {BASELINE_SCHEMA!r}")

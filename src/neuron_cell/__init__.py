@@ -2,9 +2,11 @@
 
 The lock gate and the one lock parser (lockgate), the lock's reader (locktext) and its one installer (lockinstall),
 the one version matching (pins, over packaging's versions or the copy vendored here), the cell record's one checked
-loader (cellrecord) and the image's pin assertion (assertpins). The toolkit imports it; the image build, the
-python_env role, the offline bundle and verify-device each take this folder whole (to /opt/neuron-torch/lib on images
-and hosts) and check its digest against the toolkit's (`python -m neuron_cell --expect DIGEST`).
+loader (cellrecord), the one bounded reader of the files a user names (inputs), the error boundary (boundary),
+the output-path checks (outputs) and the image's pin assertion (assertpins). The toolkit imports it; the image
+build, the python_env role, the offline bundle and verify-device each take this folder whole (to
+/opt/neuron-torch/lib on images and hosts) and check its digest against the toolkit's
+(`python -m neuron_cell --expect DIGEST`).
 """
 
 from __future__ import annotations

@@ -12,10 +12,13 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
+from neuron_cell import inputs
+
 SCHEMA_FILE = Path(__file__).with_name("cell.schema.json")
 # A record's pins: its key -> the distribution it pins, in the order an image build asserts them.
 PINNED = {"torch_neuronx": "torch-neuronx", "torch": "torch", "neuronx_cc": "neuronx-cc", "nki": "nki"}
 _MAX_BYTES = 1 << 20  # a record is a few KB: a larger file is not one (and is never read whole)
+LOAD_FIX = "pass a cell record (`neuron-torch cell ID --json` writes one)"
 
 
 class RecordError(ValueError):
@@ -64,19 +67,11 @@ def check(record: object, source: str, complete: bool = False) -> dict[str, Any]
     return checked
 
 
-def load(path: Path, source: str | None = None, complete: bool = False) -> dict[str, Any]:
-    """The checked record in the JSON file `path`."""
-    where = source or f"cell file {path}"
+def load(path: Path, source: str | None = None, complete: bool = False, what: str = "cell file") -> dict[str, Any]:
+    """The checked record in the JSON file `path`, read by neuron_cell.inputs (the one bounded reader); RecordError
+    naming the file's problem (as `what`) or the record's (as `source`, by default `what` and the path)."""
     try:
-        with path.open("rb") as file:
-            data = file.read(_MAX_BYTES + 1)
-    except OSError as error:
-        raise RecordError(f"cannot read {where}: {error.strerror or error}") from error
-    if len(data) > _MAX_BYTES:
-        raise RecordError(f"{where} is over {_MAX_BYTES} bytes: not a cell record (`neuron-torch cell ID --json`)")
-    try:
-        record = json.loads(data.decode("utf-8"))
-    except (UnicodeDecodeError, json.JSONDecodeError) as error:
-        message = f"{where} is not JSON text ({error}): pass a cell record (`neuron-torch cell ID --json`)"
-        raise RecordError(message) from error
-    return check(record, where, complete)
+        record = inputs.read_json(path, what, LOAD_FIX, _MAX_BYTES)
+    except inputs.InputError as error:
+        raise RecordError(str(error)) from None
+    return check(record, source or f"{what} {path}", complete)

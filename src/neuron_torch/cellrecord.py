@@ -14,7 +14,6 @@ from neuron_cell import cellrecord
 from neuron_cell.cellrecord import SCHEMA_FILE, schema_version
 from neuron_cell.cellrecord import schema as cell_schema
 from neuron_torch.errors import NeuronTorchError
-from neuron_torch.files import read_json
 
 __all__ = ["SCHEMA_FILE", "cell_schema", "check_record", "read_cell_record", "schema_version"]
 
@@ -28,6 +27,8 @@ def check_record(data: object, source: str) -> dict[str, Any]:
 
 
 def read_cell_record(path: Path) -> dict[str, Any]:
-    """The record in `path`, read as the toolkit reads every input file (size, encoding and JSON checked first)."""
-    data = read_json(path, "cell record", "pass a cell record (`neuron-torch cell ID --json` writes one)")
-    return check_record(data, str(path))
+    """The record in `path`, through neuron_cell's one loader (size, encoding and JSON checked first)."""
+    try:
+        return cellrecord.load(path, str(path), complete=True, what="cell record")
+    except cellrecord.RecordError as error:
+        raise NeuronTorchError(str(error)) from error

@@ -3,64 +3,30 @@ when the path is missing, a folder, unreadable, not UTF-8 or empty; and writing 
 
 from __future__ import annotations
 
-import json
 import shutil
 from collections.abc import Callable
 from pathlib import Path
 
-from neuron_cell import outputs
+from neuron_cell import inputs, outputs
 from neuron_cell.boundary import quote
 from neuron_torch.errors import NeuronTorchError
 
-# The largest input file read: a release matrix, a manifest or a lock is well under a megabyte; anything near this is
-# not one (and reading it whole would only delay the message).
-MAX_INPUT_BYTES = 32 * 1024 * 1024
-
 
 def read_text(path: Path, what: str, fix: str) -> str:
-    """The file's UTF-8 text; a usage error (exit 2) naming the path, the problem and the fix otherwise."""
-    _check_readable_size(path, what, fix)
+    """The file's UTF-8 text (neuron_cell.inputs, the one reader); a usage error (exit 2) naming the path, the
+    problem and the fix otherwise."""
     try:
-        text = path.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise NeuronTorchError(f"{path}: no such {what}; {fix}") from None
-    except IsADirectoryError:
-        raise NeuronTorchError(f"{path}: is a folder, not a {what}; {fix}") from None
-    except PermissionError:
-        raise NeuronTorchError(f"{path}: cannot read the {what} (permission denied); fix its permissions") from None
-    except UnicodeDecodeError as error:
-        raise NeuronTorchError(
-            f"{path}: the {what} is not UTF-8 text ({error.reason} at byte {error.start}); {fix}"
-        ) from None
-    except OSError as error:
-        raise NeuronTorchError(f"{path}: cannot read the {what} ({error.strerror}); {fix}") from None
-    if "\x00" in text:
-        raise NeuronTorchError(f"{path}: the {what} holds NUL bytes, so it is not a text file; {fix}")
-    if not text.strip():
-        raise NeuronTorchError(f"{path}: the {what} is empty; {fix}")
-    return text
-
-
-def _check_readable_size(path: Path, what: str, fix: str) -> None:
-    """Refuse, before reading, what is no regular file (a device, a pipe: /dev/zero never ends) or is too large."""
-    if not path.exists() or path.is_dir():
-        return  # read_text names these
-    if not path.is_file():
-        raise NeuronTorchError(f"{path}: is not a regular file, so not a {what}; {fix}")
-    size = path.stat().st_size
-    if size > MAX_INPUT_BYTES:
-        raise NeuronTorchError(
-            f"{path}: is {size / 1e6:.0f} MB, too large for a {what} (at most {MAX_INPUT_BYTES // 2**20} MiB); {fix}"
-        )
+        return inputs.read_text(path, what, fix)
+    except inputs.InputError as error:
+        raise NeuronTorchError(str(error)) from None
 
 
 def read_json(path: Path, what: str, fix: str) -> object:
-    """The file's JSON data; a usage error naming the path and the parse error (or read_text's problem) otherwise."""
-    text = read_text(path, what, fix)
+    """The file's JSON data (neuron_cell.inputs); a usage error naming the path and the problem otherwise."""
     try:
-        return json.loads(text)
-    except json.JSONDecodeError as error:
-        raise NeuronTorchError(f"{path}: the {what} is not JSON ({error}); {fix}") from None
+        return inputs.read_json(path, what, fix)
+    except inputs.InputError as error:
+        raise NeuronTorchError(str(error)) from None
 
 
 def check_ca_bundle(path: Path) -> Path:

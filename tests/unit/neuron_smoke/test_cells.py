@@ -57,7 +57,7 @@ def test_a_cell_file_of_another_cell_or_schema_is_refused(tmp_path: Path, record
     old = _write(tmp_path / "old.json", {**record, "schema": 0})
     with pytest.raises(UsageError, match="the cell record has schema 0"):
         cells.load_cell(str(old), None)
-    with pytest.raises(UsageError, match="cannot read cell file"):
+    with pytest.raises(UsageError, match="no such cell file"):
         cells.load_cell(str(tmp_path / "missing.json"), None)
 
 

@@ -27,26 +27,16 @@ def test_an_output_folder_is_refused_where_root_cannot_write() -> None:
         paths.output_folder(Path("/proc/nt-unit-probe/x"), "--record")
 
 
-def test_read_text_refuses_what_is_not_small_utf8_text(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_read_json_takes_the_one_reader_and_its_bound(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     good = tmp_path / "cell.json"
     good.write_text('{"id": "x"}')
-    assert paths.read_json(good, "cell file") == {"id": "x"}
-    cases = {"binary": b"\xff\xfe", "nul": b'{"a": "\x00"}', "json": b"{not json"}
-    for name, data in cases.items():
-        (tmp_path / name).write_bytes(data)
-    with pytest.raises(UsageError, match="not UTF-8 text"):
-        paths.read_text(tmp_path / "binary", "cell file")
-    with pytest.raises(UsageError, match="holds NUL bytes"):
-        paths.read_text(tmp_path / "nul", "cell file")
-    with pytest.raises(UsageError, match=r"cell file .*json: not JSON"):
-        paths.read_json(tmp_path / "json", "cell file")
-    with pytest.raises(UsageError, match="is a folder, not a file"):
-        paths.read_text(tmp_path, "cell file")
-    with pytest.raises(UsageError, match="is not a regular file"):
-        paths.read_text(Path("/dev/null"), "cell file")
+    assert paths.read_json(good, "cell file", "fix it") == {"id": "x"}
+    (tmp_path / "json").write_bytes(b"{not json")
+    with pytest.raises(UsageError, match=r"json: the cell file is not JSON \(.*\); fix it$"):
+        paths.read_json(tmp_path / "json", "cell file", "fix it")
     monkeypatch.setattr(paths, "MAX_INPUT_BYTES", 4)
-    with pytest.raises(UsageError, match=r"is 0 MB, not a cell file"):
-        paths.read_text(good, "cell file")
+    with pytest.raises(UsageError, match=r"is 11 bytes, too large for a cell file \(at most 4 bytes\); fix it"):
+        paths.read_json(good, "cell file", "fix it")
 
 
 def _safetensors(path: Path, header: dict[str, object], data: bytes) -> None:

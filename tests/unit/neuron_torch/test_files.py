@@ -60,10 +60,10 @@ def test_read_text_unreadable(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, e
     path = tmp_path / "widget.txt"
     path.write_text("x")
 
-    def fail(self: Path, encoding: str | None = None) -> str:
+    def fail(self: Path, *args: object, **kwargs: object) -> object:
         raise error
 
-    monkeypatch.setattr(Path, "read_text", fail)
+    monkeypatch.setattr(Path, "open", fail)
     assert refusal(files.read_text, path, "widget", FIX).startswith(f"{path}: {problem}")
 
 
