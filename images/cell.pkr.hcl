@@ -5,8 +5,36 @@ variable "cell_id" {
   description = "The cell to build: one of the 12 cells of neuron-2.33.0."
 
   validation {
-    condition     = contains(["2.13-py3.12-ubuntu24.04", "2.13-py3.12-ubuntu26.04", "2.13-py3.13-ubuntu24.04", "2.13-py3.13-ubuntu26.04", "2.13-py3.14-ubuntu24.04", "2.13-py3.14-ubuntu26.04", "2.14-py3.12-ubuntu24.04", "2.14-py3.12-ubuntu26.04", "2.14-py3.13-ubuntu24.04", "2.14-py3.13-ubuntu26.04", "2.14-py3.14-ubuntu24.04", "2.14-py3.14-ubuntu26.04"], var.cell_id)
-    error_message = "The cell_id must be a cell of neuron-2.33.0: 2.13-py3.12-ubuntu24.04, 2.13-py3.12-ubuntu26.04, 2.13-py3.13-ubuntu24.04, 2.13-py3.13-ubuntu26.04, 2.13-py3.14-ubuntu24.04, 2.13-py3.14-ubuntu26.04, 2.14-py3.12-ubuntu24.04, 2.14-py3.12-ubuntu26.04, 2.14-py3.13-ubuntu24.04, 2.14-py3.13-ubuntu26.04, 2.14-py3.14-ubuntu24.04, 2.14-py3.14-ubuntu26.04. Not supported (matrix.toml): OS ubuntu22.04: Ubuntu 22.04 is end of support for TorchNeuron in Neuron 2.33 (no new DLAMIs or images, no wheels); OS ubuntu20.04: Ubuntu 20.04 is not supported by Neuron 2.33; Python 3.11: torch-neuronx 2.13.3.0 and 2.14.3.0 ship wheels for Python 3.12, 3.13 and 3.14 only; Python 3.10: torch-neuronx 2.13.3.0 and 2.14.3.0 ship wheels for Python 3.12, 3.13 and 3.14 only; Python 3.9: torch-neuronx 2.13.3.0 and 2.14.3.0 ship wheels for Python 3.12, 3.13 and 3.14 only; instance family trn1: Trn1 is not listed for TorchNeuron in Neuron 2.33: the native backend supports Trn2 and Trn3 only; instance family inf1: Inf1 uses the legacy torch-neuron stack, not TorchNeuron; instance family inf2: Inf2 is not supported by TorchNeuron in Neuron 2.33: it supports Trn2 and Trn3 only; architecture aarch64: TorchNeuron in Neuron 2.33 is Linux x86_64 only; architecture arm64: TorchNeuron in Neuron 2.33 is Linux x86_64 only. Run `neuron-torch cell ID` for the reason a cell is refused."
+    condition = contains([
+      "2.13-py3.12-ubuntu24.04",
+      "2.13-py3.12-ubuntu26.04",
+      "2.13-py3.13-ubuntu24.04",
+      "2.13-py3.13-ubuntu26.04",
+      "2.13-py3.14-ubuntu24.04",
+      "2.13-py3.14-ubuntu26.04",
+      "2.14-py3.12-ubuntu24.04",
+      "2.14-py3.12-ubuntu26.04",
+      "2.14-py3.13-ubuntu24.04",
+      "2.14-py3.13-ubuntu26.04",
+      "2.14-py3.14-ubuntu24.04",
+      "2.14-py3.14-ubuntu26.04",
+    ], var.cell_id)
+    error_message = <<-EOT
+      The cell_id must be a cell of neuron-2.33.0: 2.13-py3.12-ubuntu24.04, 2.13-py3.12-ubuntu26.04,
+      2.13-py3.13-ubuntu24.04, 2.13-py3.13-ubuntu26.04, 2.13-py3.14-ubuntu24.04, 2.13-py3.14-ubuntu26.04,
+      2.14-py3.12-ubuntu24.04, 2.14-py3.12-ubuntu26.04, 2.14-py3.13-ubuntu24.04, 2.14-py3.13-ubuntu26.04,
+      2.14-py3.14-ubuntu24.04, 2.14-py3.14-ubuntu26.04. Not supported (matrix.toml): OS ubuntu22.04: Ubuntu
+      22.04 is end of support for TorchNeuron in Neuron 2.33 (no new DLAMIs or images, no wheels); OS
+      ubuntu20.04: Ubuntu 20.04 is not supported by Neuron 2.33; Python 3.11: torch-neuronx 2.13.3.0 and
+      2.14.3.0 ship wheels for Python 3.12, 3.13 and 3.14 only; Python 3.10: torch-neuronx 2.13.3.0 and
+      2.14.3.0 ship wheels for Python 3.12, 3.13 and 3.14 only; Python 3.9: torch-neuronx 2.13.3.0 and
+      2.14.3.0 ship wheels for Python 3.12, 3.13 and 3.14 only; instance family trn1: Trn1 is not listed for
+      TorchNeuron in Neuron 2.33: the native backend supports Trn2 and Trn3 only; instance family inf1: Inf1
+      uses the legacy torch-neuron stack, not TorchNeuron; instance family inf2: Inf2 is not supported by
+      TorchNeuron in Neuron 2.33: it supports Trn2 and Trn3 only; architecture aarch64: TorchNeuron in Neuron
+      2.33 is Linux x86_64 only; architecture arm64: TorchNeuron in Neuron 2.33 is Linux x86_64 only. Run
+      `neuron-torch cell ID` for the reason a cell is refused.
+    EOT
   }
 }
 
@@ -14,10 +42,15 @@ variable "cell_id" {
 # schema version is refused here, before anything runs.
 variable "cell_file" {
   type        = string
-  description = "The cell's record (constraints/generated/<cell>.json, src/neuron_cell/cell.schema.json version 1), relative to the folder packer runs in (the checkout) or absolute."
+  description = "The cell's record (constraints/generated/<cell>.json, schema 1), relative to the checkout or absolute."
 
   validation {
     condition     = try(jsondecode(file(abspath(var.cell_file))).schema == 1, false)
-    error_message = "The cell_file must be a cell record of schema 1 (src/neuron_cell/cell.schema.json), readable from the folder packer runs in: one written by another neuron-torch, or a missing or unreadable file, is refused. Write it again with this checkout's `neuron-torch render` (or `neuron-torch cell ID --json`) and run packer from the checkout."
+    error_message = <<-EOT
+      The cell_file must be a cell record of schema 1 (src/neuron_cell/cell.schema.json), readable from the
+      folder packer runs in: one written by another neuron-torch, or a missing or unreadable file, is refused.
+      Write it again with this checkout's `neuron-torch render` (or `neuron-torch cell ID --json`) and run
+      packer from the checkout.
+    EOT
   }
 }

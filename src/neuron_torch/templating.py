@@ -2,7 +2,7 @@
 
 Whitespace control: a block tag's line leaves nothing in the output (`trim_blocks`, `lstrip_blocks`), a file's final
 newline is kept, and an undefined name is an error, never an empty string. Values are escaped by filters of the
-format they go into (`hcl`, `hcl_string`, `json`), never by HTML autoescaping.
+format they go into (`hcl`, `hcl_string`, `hcl_heredoc`, `json`), never by HTML autoescaping.
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ import json
 from functools import cache
 from typing import TYPE_CHECKING, Any
 
-from neuron_torch.hcl import hcl_string, hcl_value
+from neuron_torch.hcl import hcl_heredoc, hcl_string, hcl_value
 
 if TYPE_CHECKING:
     import jinja2
@@ -29,7 +29,7 @@ def environment() -> jinja2.Environment:
         trim_blocks=True,
         lstrip_blocks=True,
     )
-    env.filters.update(hcl=hcl_value, hcl_string=hcl_string, json=json.dumps)
+    env.filters.update(hcl=hcl_value, hcl_heredoc=hcl_heredoc, hcl_string=hcl_string, json=json.dumps)
     return env
 
 

@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from neuron_torch.hcl import hcl_string, hcl_value
+from neuron_torch.hcl import hcl_heredoc, hcl_string, hcl_value
 
 
 def unescape_hcl(quoted: str) -> str:
@@ -43,3 +43,18 @@ def test_booleans_lists_and_maps() -> None:
     assert hcl_value([]) == "[]"
     tags = {"Name": "nt ${cell}", "Owner": 'o"q'}
     assert hcl_value(tags) == '{ "Name" = "nt $${cell}", "Owner" = "o\\"q" }'
+
+
+def test_hcl_heredoc_wraps_a_long_message_into_short_escaped_lines() -> None:
+    message = "The cell_id must be one of " + ", ".join(f"cell-{n}" for n in range(40)) + ". Use ${x} or %{y}."
+    text = hcl_heredoc(message, indent=6, width=60)
+    lines = text.splitlines()
+    assert lines[0] == "<<-EOT" and lines[-1] == "    EOT"
+    assert all(len(line) <= 60 and line.startswith("      ") for line in lines[1:-1])
+    # Packer strips the common indent and keeps the line breaks: the words are the message's, escaped for HCL.
+    assert " ".join(line.strip() for line in lines[1:-1]) == message.replace("${", "$${").replace("%{", "%%{")
+
+
+def test_hcl_heredoc_refuses_text_holding_its_marker() -> None:
+    with pytest.raises(ValueError, match="marker"):
+        hcl_heredoc("a line\nEOT\nmore")

@@ -62,9 +62,11 @@ def test_refusals_name_every_unsupported_item_with_its_reason(matrix: Matrix) ->
 
 def test_the_declarations_list_the_cells_and_the_record_schema(test_release: Matrix) -> None:
     text = cell_declarations(test_release)
-    condition = re.search(r"condition += contains\((\[.*\]), var\.cell_id\)", text)
-    assert condition and json.loads(condition[1]) == [cell.id for cell in test_release.cells]
-    message = json.loads(re.search(r"error_message = (\".*\")", text)[1])  # type: ignore[index]
+    condition = re.search(r"condition += contains\(\[(.*?)\], var\.cell_id\)", text, re.DOTALL)
+    assert condition and json.loads(f"[{condition[1].rstrip().rstrip(',')}]") == [c.id for c in test_release.cells]
+    heredoc = re.search(r"error_message = <<-EOT\n(.*?)\n *EOT\n", text, re.DOTALL)
+    assert heredoc and all(len(line) <= 120 for line in text.splitlines())
+    message = " ".join(heredoc[1].split())
     assert message.startswith(f"The cell_id must be a cell of {test_release.release.name}: ")
     assert f"Not supported ({test_release.path.name}): " + "; ".join(refusals(test_release)) in message
     assert f".schema == {schema_version()}, false)" in text
