@@ -344,14 +344,19 @@ def test_amazon_ebs_build_refused_on_legacy_packer(matrix: Matrix, tmp_path: Pat
         build(matrix, cell.id, only="amazon-ebs", lock=lock)
 
 
-# The Packer docker builds of the test release: the real CPU torch cell (every verify-device stage, on the CPU) and
-# one Ubuntu twin cell per Python route (fixture torch: verify-device's environment stage, the one whose verdict is
-# real there, as the fleet runs it; tests/integration/test_fleet.py).
-BUILD_CELLS = {
-    TEST_CELL: ["all"],
-    "2.13-py3.13-ubuntu24.04": ["--stages", "environment"],  # distro route, Ubuntu 24.04 twin
-    "2.13-py3.13-ubuntu26.04": ["--stages", "environment"],  # uv-standalone route, Ubuntu 26.04 twin
-}
+# The Packer docker build of the test release: the real CPU torch cell, every verify-device stage on the CPU after
+# the Ansible provisioning. One build, not one per Python route: the template has no route of its own (it runs
+# provision.yml unchanged with the cell's var file), and each (OS twin, route) is converged once per CI run where
+# its claim is strictest. Two twin builds ran here until issue 30; each claim they made stays proven:
+# - the distro route's converge on the Ubuntu 24.04 twin, and verify-device's environment stage passing after it:
+#   test_fleet.py (over SSH on a systemd host with an AMI's traits, twice, and verify.yml's verdicts);
+# - the uv-standalone route's converge on the Ubuntu 26.04 twin: test_molecule.py (converge, idempotence, the
+#   route's interpreter, the shared testinfra suite);
+# - the docker source's bootstrap of python3 and sudo on an Ubuntu base that has neither ([container.no_python3];
+#   Debian 12's base has both): test_the_docker_source_bootstrap_gives_an_ubuntu_base_what_an_ami_starts_with;
+# - the cleanup last, testinfra with the hygiene checks on the final state, version-info, manifest and labels: the
+#   build below (the same provisioners for every cell), and the hygiene suite on the fleet's converged host.
+BUILD_CELLS = {TEST_CELL: ["all"]}
 COMPUTED = ("environment", "device", "matmul", "model", "compile", "collectives")
 
 
@@ -391,16 +396,12 @@ def _playbook_vars(cell_id: str, mirror: dict[str, Any]) -> dict[str, Any]:
 
 @pytest.fixture(scope="module")
 def docker_builds() -> dict[str, int]:
-    """The three cells' `packer build -only=docker.local`, run side by side after each was prepared (lock gate,
-    fmt -check, validate) in turn; each build's log is build/packer/<cell>/packer.log.
+    """Each BUILD_CELLS cell's `packer build -only=docker.local`, run side by side after each was prepared (lock
+    gate, fmt -check, validate) in turn; each build's log is build/packer/<cell>/packer.log.
 
-    Why three builds at once: a Packer build is one cell (one var file), so the twins cannot be two sources of one
-    `packer build`; separate builds side by side give the same parallelism. The debian12 build (180 s of CI alone
-    at the last landing) is mostly verify-device's compute on real torch; the twin builds are mostly apt, pip and
-    Ansible round trips on fixture wheels, so they overlap it instead of adding their full time. The debian12 build
-    stays: it is the one converge of the real CPU torch with every verify-device stage after it, proven nowhere
-    else (test_image runs verify-device in the Dockerfile's image, not after the Ansible provisioning; molecule and
-    the fleet run the environment stage only)."""
+    The debian12 build is the one converge of the real CPU torch with every verify-device stage after it, proven
+    nowhere else (test_image runs verify-device in the Dockerfile's image, not after the Ansible provisioning;
+    molecule and the fleet run the environment stage only)."""
     testbed = Path(os.environ.get("NEURON_TORCH_TESTBED_DIR", REPO / ".testbed"))
     test_matrix = load_matrix(REPO / "constraints" / "test-matrix.toml")
     missing = _build_problems(test_matrix, testbed)
@@ -428,9 +429,8 @@ def docker_builds() -> dict[str, int]:
 @needs_packer
 @pytest.mark.parametrize("cell_id", list(BUILD_CELLS))
 def test_docker_build(docker_builds: dict[str, int], cell_id: str) -> None:
-    """The Ansible provisioner, verify-device inside the build (every stage on real torch; the environment stage,
-    and nothing else, on fixture torch), cleanup last, testinfra with the hygiene checks after it, version-info,
-    manifest and labels, on Debian 12 and on the Ubuntu twins of both Python routes."""
+    """The Ansible provisioner, verify-device inside the build (every stage on real torch), cleanup last, testinfra
+    with the hygiene checks after it, version-info, manifest and labels."""
     test_matrix = load_matrix(REPO / "constraints" / "test-matrix.toml")
     cell = test_matrix.cell(cell_id)
     out = REPO / "build" / "packer" / cell_id
@@ -465,6 +465,39 @@ def test_docker_build(docker_builds: dict[str, int], cell_id: str) -> None:
     assert labels["neuron-torch.pin.torch"] == cell.family.torch_pin
     for package in test_matrix.apt.packages:
         assert labels[f"neuron-torch.apt.{package.name}"] == package.version
+
+
+def _docker_bootstrap_lines() -> list[str]:
+    """The inline lines of the template's docker-only shell provisioner that gives the base python3 and sudo."""
+    template = (REPO / "images" / "neuron-torch.pkr.hcl").read_text()
+    block = re.search(r'only = \["docker\.local"\]\n\s*inline = (\[.*?\n\s*\])', template, re.DOTALL)
+    assert block, "the docker source's python3 and sudo provisioner is gone from images/neuron-torch.pkr.hcl"
+    lines: list[str] = json.loads(re.sub(r",\s*\]$", "]", block[1]))
+    assert any("python3 sudo" in line for line in lines), lines
+    return lines
+
+
+def test_the_docker_source_bootstrap_gives_an_ubuntu_base_what_an_ami_starts_with() -> None:
+    """The template's own lines, run as Packer's shell provisioner runs them (`/bin/sh -e`), on the Ubuntu 26.04
+    twin's base, which has neither python3 nor sudo ([container.no_python3]): afterwards both run, and a second run
+    finds them and installs nothing. (The Debian 12 base of the build above has both, so its build skips them.)"""
+    from tests.testbed.baseimages import twin_base
+
+    if shutil.which("docker") is None or subprocess.run(["docker", "info"], capture_output=True).returncode != 0:
+        pytest.skip("docker is not available")
+    if served_token() is None:
+        pytest.skip(f"the test bed is not serving on {base_url()} (scripts/testbed.sh build): the twin's apt source")
+    script = "\n".join(["set -e", *_docker_bootstrap_lines()])
+    check = "/usr/bin/python3 -c 'import sys; print(sys.version_info[0])' && sudo -n true && echo both-run"
+    before = "test ! -e /usr/bin/python3 && test ! -e /usr/bin/sudo && echo neither"
+    command = f"{before} && ( {script} ) && {check} && ( {script} )"
+    run = ["docker", "run", "--rm", "--network=host", "--entrypoint=/bin/sh", twin_base("ubuntu26.04"), "-c", command]
+    result = subprocess.run(run, capture_output=True, text=True, timeout=600)
+    out = result.stdout + result.stderr
+    assert result.returncode == 0, out[-4000:]
+    assert out.split()[:1] == ["neither"], out[-4000:]
+    assert "python3 and sudo: installed, as an Ubuntu AMI has them" in out and "both-run" in out, out[-4000:]
+    assert out.rstrip().endswith("python3 and sudo: present"), out[-4000:]
 
 
 def test_cli_build_ami_refuses_an_unsupported_cell_with_the_matrix_reason(capsys: pytest.CaptureFixture[str]) -> None:
