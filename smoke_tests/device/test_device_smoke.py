@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 
 import pytest
+
 from neuron_smoke.registry import NAMES
 from neuron_smoke.results import FAIL, SKIP, Report
 

@@ -15,8 +15,9 @@ import os
 from typing import Any
 
 import torch
-from neuron_smoke.models import resolve_factory
 from torch import nn
+
+from neuron_smoke.models import resolve_factory
 
 
 def _scale(value: Any, factor: float) -> Any:

@@ -20,9 +20,9 @@ from pathlib import Path
 from typing import NamedTuple
 
 import pytest
+
 from neuron_smoke import cli, cores, validate
 from neuron_smoke.evaluate import BASELINE_SCHEMA
-
 from tests import written
 from tests.integration.smoke.conftest import SIM_CELL
 

@@ -12,8 +12,8 @@ import xml.etree.ElementTree as ET
 from pathlib import Path
 
 import pytest
-from neuron_smoke import registry
 
+from neuron_smoke import registry
 from tests.integration.smoke.conftest import Run, Verify, make_base_env, verify, verify_together
 from tests.integration.smoke.forkserver import ForkServer
 from tests.simdevice.environment import sim_environment

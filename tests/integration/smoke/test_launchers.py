@@ -8,8 +8,8 @@ import time
 from pathlib import Path
 
 import pytest
-from neuron_smoke import collective_worker, launchers
 
+from neuron_smoke import collective_worker, launchers
 from tests.integration.smoke.conftest import Verify
 from tests.testbed.processes import alive
 

@@ -14,12 +14,12 @@ import xml.etree.ElementTree as ET
 from pathlib import Path
 
 import pytest
+
 from neuron_smoke import registry, stage_environment, suite, torchless
 from neuron_smoke.cli import parse_options
 from neuron_smoke.context import Options
 from neuron_smoke.registry import LAUNCHER, MODEL, Entry, check
 from neuron_smoke.results import Report
-
 from tests.integration.smoke.conftest import SMOKE_DIR, Run, verify
 
 PACKAGE = SMOKE_DIR / "neuron_smoke"

@@ -13,9 +13,9 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
+
 from neuron_smoke import cores
 from neuron_smoke.errors import UsageError
-
 from tests.integration.smoke.conftest import REPO, Verify
 from tests.integration.smoke.forkserver import ForkServer
 

@@ -10,9 +10,9 @@ import xml.etree.ElementTree as ET
 from pathlib import Path
 
 import pytest
+
 from neuron_smoke import registry
 from neuron_smoke.stage_fabric import SINGLE_HOST
-
 from tests.integration.smoke.conftest import SIM_CELL, Run, Verify, verify
 
 STAGES = list(registry.NAMES)  # the run order is the registry's

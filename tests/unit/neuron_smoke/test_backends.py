@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 import torch
+
 from neuron_smoke import backends
 from neuron_smoke.backends import BACKENDS, CPU, CUDA, NEURON, TRN2_CHIP_PEAK_TFLOPS, TRN2_CORES_PER_CHIP
-
 from neuron_torch.matrix import Matrix
 
 

@@ -8,10 +8,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from neuron_smoke import cells
-from neuron_smoke.errors import UsageError
 
 from neuron_cell.cellrecord import PINNED
+from neuron_smoke import cells
+from neuron_smoke.errors import UsageError
 from neuron_torch.cellinfo import cell_record
 from neuron_torch.matrix import Matrix
 

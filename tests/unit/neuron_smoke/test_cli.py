@@ -7,9 +7,9 @@ import json
 from pathlib import Path
 
 import pytest
+
 from neuron_smoke import cli, registry
 from neuron_smoke.context import Options
-
 from neuron_torch.cellinfo import cell_record
 from neuron_torch.matrix import Matrix
 

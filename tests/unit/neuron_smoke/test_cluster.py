@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 
 import pytest
+
 from neuron_smoke import cluster
 from neuron_smoke.errors import UsageError
 

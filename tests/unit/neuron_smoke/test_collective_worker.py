@@ -14,6 +14,7 @@ from typing import Any
 
 import pytest
 import torch
+
 from neuron_smoke import collective_worker
 
 

@@ -12,6 +12,7 @@ from typing import Any
 
 import pytest
 import torch
+
 from neuron_smoke import compile_probe
 
 FACTORY = """

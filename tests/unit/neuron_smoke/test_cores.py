@@ -8,6 +8,7 @@ import os
 from pathlib import Path
 
 import pytest
+
 from neuron_smoke import cores
 from neuron_smoke.cores import PHYSICAL_CORES_PER_DEVICE, VISIBLE, CorePlan
 from neuron_smoke.errors import UsageError

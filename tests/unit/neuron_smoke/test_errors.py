@@ -4,6 +4,7 @@ stage that raises one gets the status that kind stands for (skip, device missing
 from __future__ import annotations
 
 import pytest
+
 from neuron_smoke.backends import BACKENDS
 from neuron_smoke.context import Context, Options, StageLog
 from neuron_smoke.errors import DeviceMissing, Skip, UsageError

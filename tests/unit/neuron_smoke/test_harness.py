@@ -7,6 +7,7 @@ import time
 
 import pytest
 import torch
+
 from neuron_smoke import cells
 from neuron_smoke.backends import BACKENDS, CUDA
 from neuron_smoke.context import Context, Options, StageLog

@@ -9,6 +9,7 @@ import urllib.request
 from typing import Any
 
 import pytest
+
 from neuron_smoke import host
 
 

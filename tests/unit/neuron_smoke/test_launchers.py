@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 import pytest
+
 from neuron_smoke import collective_worker, launchers
 from neuron_smoke.launchers import RankJob
 

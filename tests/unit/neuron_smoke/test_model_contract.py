@@ -9,10 +9,10 @@ import types
 
 import pytest
 import torch
+
 from neuron_smoke import models
 from neuron_smoke.errors import UsageError
 from neuron_smoke.model_contract import CONTRACT
-
 from tests import REPO_ROOT
 
 

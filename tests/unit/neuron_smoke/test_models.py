@@ -10,9 +10,10 @@ from typing import Any
 
 import pytest
 import torch
+from torch import nn
+
 from neuron_smoke import models
 from neuron_smoke.errors import UsageError
-from torch import nn
 
 
 def _factory(monkeypatch: pytest.MonkeyPatch, factory: Callable[[], Any], name: str = "unit_factory") -> str:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+
 from neuron_smoke.nodelist import NodelistError, expand, first_host
 
 

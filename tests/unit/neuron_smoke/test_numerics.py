@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 
 import torch
+
 from neuron_smoke import stage_model
 from neuron_smoke.numerics import magnitude, matmul_error, model_rtol, nonfinite
 from neuron_smoke.stage_matmul import Case, make_inputs, precision_of

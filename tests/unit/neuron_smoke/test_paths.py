@@ -8,6 +8,7 @@ import struct
 from pathlib import Path
 
 import pytest
+
 from neuron_smoke import paths
 from neuron_smoke.errors import UsageError
 

@@ -4,6 +4,7 @@ this package), `needing` follows the needs column, and `check` refuses rows that
 from __future__ import annotations
 
 import pytest
+
 from neuron_smoke import registry, stage_environment
 from neuron_smoke.registry import LAUNCHER, MODEL, NEEDS, TABLE, Entry, check
 

@@ -6,9 +6,9 @@ import json
 from pathlib import Path
 
 import pytest
+
 from neuron_smoke import release_facts
 from neuron_smoke.errors import UsageError
-
 from tests import written
 
 

@@ -7,6 +7,7 @@ import socket
 import time
 
 import pytest
+
 from neuron_smoke import rendezvous
 from neuron_smoke.cluster import ClusterSpec
 

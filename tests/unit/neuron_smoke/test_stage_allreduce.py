@@ -7,6 +7,7 @@ import socket
 
 import pytest
 import torch
+
 from neuron_smoke import rendezvous, stage_allreduce
 from neuron_smoke.backends import CPU
 from neuron_smoke.cluster import ClusterSpec

@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 import torch
+
 from neuron_smoke import cores, stage_collectives
 from neuron_smoke.backends import CPU, CUDA, NEURON
 from neuron_smoke.context import Context, Options, StageLog

@@ -10,13 +10,14 @@ from typing import Any
 
 import pytest
 import torch
+from torch import nn
+
 from neuron_smoke import cores, stage_compile
 from neuron_smoke.backends import CPU, NEURON
 from neuron_smoke.compile_probe import CACHE_ENV
 from neuron_smoke.context import Context, Options, StageLog
 from neuron_smoke.models import ModelSpec, mean_square_loss
 from neuron_smoke.stage_model import CompiledStep
-from torch import nn
 
 
 def _ctx(**options: Any) -> Context:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import pytest
 import torch
+
 from neuron_smoke import stage_consistency
 from neuron_smoke.backends import CPU
 from neuron_smoke.context import Context, Options

@@ -12,6 +12,7 @@ from typing import Any
 
 import pytest
 import torch
+
 from neuron_smoke import cores, stage_device
 from neuron_smoke.backends import CPU, CUDA, NEURON, Backend
 from neuron_smoke.context import Context, Options, StageLog

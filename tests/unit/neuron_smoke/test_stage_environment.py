@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 import torch
+
 from neuron_smoke import cells, stage_environment
 from neuron_smoke.backends import CPU, NEURON, Backend
 from neuron_smoke.context import Context, Options, StageLog

@@ -7,6 +7,7 @@ import os
 from pathlib import Path
 
 import pytest
+
 from neuron_smoke import release_facts, stage_fabric
 from neuron_smoke.backends import CPU
 from neuron_smoke.cluster import ClusterSpec

@@ -11,13 +11,14 @@ import warnings
 
 import pytest
 import torch
+from torch import nn
+
 from neuron_smoke import stage_fallback, stage_matmul, stage_model
 from neuron_smoke.backends import CPU
 from neuron_smoke.context import Context, Options, StageLog
 from neuron_smoke.errors import Skip
 from neuron_smoke.models import ModelSpec, mean_square_loss
 from neuron_smoke.stage_model import Mode
-from torch import nn
 
 TRACKER = "unit_fallback_tracker"
 

@@ -8,6 +8,7 @@ from typing import Any
 
 import pytest
 import torch
+
 from neuron_smoke import stage_matmul
 from neuron_smoke.backends import CPU
 from neuron_smoke.context import Context, Options, StageLog

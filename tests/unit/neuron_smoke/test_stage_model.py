@@ -10,13 +10,14 @@ from typing import Any
 
 import pytest
 import torch
+from torch import nn
+
 from neuron_smoke import stage_model
 from neuron_smoke.backends import CPU
 from neuron_smoke.context import Context, Options, StageLog
 from neuron_smoke.models import ModelSpec, mean_square_loss
 from neuron_smoke.numerics import model_rtol
 from neuron_smoke.stage_model import LR, Mode
-from torch import nn
 
 
 def _model() -> nn.Module:

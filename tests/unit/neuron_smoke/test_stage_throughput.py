@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 import torch
+
 from neuron_smoke import stage_throughput
 from neuron_smoke.backends import CPU, CUDA, NEURON, Backend, neuron_device_peak
 from neuron_smoke.context import Context, Options, StageLog

@@ -4,6 +4,7 @@ in the registry's order, and one short CPU run of the device-free stages through
 from __future__ import annotations
 
 import pytest
+
 from neuron_smoke import EXIT_CHECK_FAILED, EXIT_DEVICE_MISSING, EXIT_OK, registry, stage_environment, suite
 from neuron_smoke.context import Options
 from neuron_smoke.results import FAIL, PASS, SCHEMA, SKIP, Report, StageResult

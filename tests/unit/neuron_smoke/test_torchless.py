@@ -12,7 +12,6 @@ from neuron_smoke import EXIT_CHECK_FAILED, output, torchless
 from neuron_smoke.context import Options
 from neuron_smoke.registry import NAMES
 from neuron_smoke.results import FAIL, SKIP
-
 from tests import REPO_ROOT
 
 

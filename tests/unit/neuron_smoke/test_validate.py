@@ -7,6 +7,7 @@ import argparse
 from pathlib import Path
 
 import pytest
+
 from neuron_smoke import validate
 from neuron_smoke.errors import UsageError
 

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 import torch
+
 from neuron_smoke.errors import UsageError
 from neuron_smoke.evaluate import BASELINE_SCHEMA, baseline, tensors
 

@@ -6,10 +6,11 @@ from typing import Any
 
 import pytest
 import torch
+from torch import nn
+
 from neuron_smoke.evaluate import capture, inventory
 from neuron_smoke.examples import mlp
 from neuron_smoke.models import ModelSpec
-from torch import nn
 
 
 def _mlp_spec() -> ModelSpec:

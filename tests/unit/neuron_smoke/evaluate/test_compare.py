@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
+
 from neuron_smoke.evaluate import compare, tensors
 from neuron_smoke.evaluate.baseline import Baseline
 from neuron_smoke.evaluate.capture import Capture

@@ -7,11 +7,12 @@ from typing import Any
 
 import pytest
 import torch
+from torch import nn
+
 from neuron_smoke.errors import UsageError
 from neuron_smoke.evaluate import baseline, compare, identity, inventory, readiness, shapes, sweep, tensors
 from neuron_smoke.examples import mlp
 from neuron_smoke.models import ModelSpec
-from torch import nn
 
 
 def _spec(seed: int = 0, batch: int = 16) -> ModelSpec:

@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import pytest
 import torch
+from torch import nn
+
 from neuron_smoke.errors import UsageError
 from neuron_smoke.evaluate import identity
 from neuron_smoke.models import ModelSpec, mean_square_loss
-from torch import nn
 
 
 def _spec(model: nn.Module, *args: torch.Tensor, name: str = "m", **kwargs: torch.Tensor) -> ModelSpec:

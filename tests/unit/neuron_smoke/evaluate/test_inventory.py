@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import pytest
 import torch
+from torch import nn
+
 from neuron_smoke.evaluate import inventory
 from neuron_smoke.examples import mlp
-from torch import nn
 
 
 def _mlp_step() -> tuple[nn.Module, inventory.Inventory]:

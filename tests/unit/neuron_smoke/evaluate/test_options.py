@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+
 from neuron_smoke import EXIT_USAGE
 from neuron_smoke.context import Options
 from neuron_smoke.evaluate import options, run

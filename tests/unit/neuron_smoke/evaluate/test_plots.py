@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+
 from neuron_smoke.evaluate import plots
 
 pytest.importorskip("matplotlib", reason="the plots need the `eval` extra (matplotlib)")

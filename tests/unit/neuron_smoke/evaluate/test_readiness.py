@@ -4,10 +4,10 @@ the module that caused it, from an op inventory."""
 from __future__ import annotations
 
 import torch
-from neuron_smoke.evaluate import readiness
-from neuron_smoke.evaluate.inventory import ROOT, Inventory, OpRecord
 from torch import nn
 
+from neuron_smoke.evaluate import readiness
+from neuron_smoke.evaluate.inventory import ROOT, Inventory, OpRecord
 from tests.unit.neuron_smoke.evaluate._readiness import nothing_found
 
 

@@ -11,9 +11,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+
 from neuron_smoke.evaluate import plots, report
 from neuron_smoke.evaluate.sections import Section, build_sections
-
 from tests.unit.neuron_smoke.evaluate._readiness import nothing_found
 
 

@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 import torch
+
 from neuron_smoke import EXIT_DEVICE_MISSING, EXIT_OK
 from neuron_smoke.backends import CPU, Backend
 from neuron_smoke.errors import UsageError

@@ -5,8 +5,8 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from neuron_smoke.evaluate import plots, sections
 
+from neuron_smoke.evaluate import plots, sections
 from tests.unit.neuron_smoke.evaluate._readiness import nothing_found
 
 

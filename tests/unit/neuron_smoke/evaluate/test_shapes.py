@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+
 from neuron_smoke.errors import UsageError
 from neuron_smoke.evaluate.shapes import MAX_ELEMENTS, parse_shapes
 

@@ -5,9 +5,10 @@ from __future__ import annotations
 
 import pytest
 import torch
+from torch import nn
+
 from neuron_smoke.errors import UsageError
 from neuron_smoke.evaluate import sweep
-from torch import nn
 
 
 def test_a_float_input_is_redrawn_at_the_shape_seeded_and_in_its_dtype() -> None:

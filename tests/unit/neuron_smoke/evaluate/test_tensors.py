@@ -6,6 +6,7 @@ import math
 
 import pytest
 import torch
+
 from neuron_smoke.evaluate import tensors
 
 

@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 import torch
+
 from neuron_smoke.examples import transformer
 
 

@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import torch
-from neuron_smoke.examples.classification import classification
 from torch import nn
+
+from neuron_smoke.examples.classification import classification
 
 
 def _linear() -> nn.Module:

@@ -4,8 +4,8 @@ determinism (seeded, dropout off), tied head and causal-LM loss."""
 from __future__ import annotations
 
 import pytest
-from neuron_smoke.examples import gpt2, transformer
 
+from neuron_smoke.examples import gpt2, transformer
 from tests.unit.neuron_smoke.examples import _transformers
 
 pytest.importorskip("transformers", reason="the GPT-2 example needs the `eval` extra (transformers)")

@@ -4,8 +4,8 @@ attention, forward shape, determinism (seeded, dropout off) and causal-LM loss."
 from __future__ import annotations
 
 import pytest
-from neuron_smoke.examples import llama, transformer
 
+from neuron_smoke.examples import llama, transformer
 from tests.unit.neuron_smoke.examples import _transformers
 
 pytest.importorskip("transformers", reason="the Llama example needs the `eval` extra (transformers)")

@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import torch
+from torch import nn
+
 from neuron_smoke.examples import mlp
 from neuron_smoke.models import load
-from torch import nn
 
 
 def test_the_mlp_maps_width_features_to_class_logits_through_its_hidden_layers() -> None:

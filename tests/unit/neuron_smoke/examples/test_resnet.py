@@ -10,8 +10,9 @@ from typing import Any
 
 import pytest
 import torch
-from neuron_smoke.examples import resnet
 from torch import nn
+
+from neuron_smoke.examples import resnet
 
 # torchvision's ResNet18_Weights.IMAGENET1K_V1.meta["num_params"]: the model resnet.py says it follows
 TORCHVISION_RESNET18_PARAMETERS = 11_689_512

@@ -10,9 +10,10 @@ from typing import Any
 
 import pytest
 import torch
+from torch import nn
+
 from neuron_smoke.errors import UsageError
 from neuron_smoke.examples import transformer
-from torch import nn
 
 
 class FakeConfig:
