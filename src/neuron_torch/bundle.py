@@ -25,7 +25,9 @@ from debian.deb822 import Deb822
 from debian.debian_support import Version
 
 import neuron_cell
+import neuron_smoke
 from neuron_cell.pins import apt_matches
+from neuron_torch.cellinfo import cell_record
 from neuron_torch.errors import EXIT_FAILED, NeuronTorchError
 from neuron_torch.files import check_new_folder, publish_folder, remove_tree
 from neuron_torch.lockfile import Lock, LockedPackage, gate_lock, read_lock_text, with_pip_options
@@ -33,6 +35,7 @@ from neuron_torch.matrix import AptPackage, AptScope, Cell, Matrix, canonical_na
 from neuron_torch.mirror import Mirror, redact
 
 INSTALL_SH = Path(__file__).with_name("bundle_install.sh")
+SMOKE_HOME = Path(neuron_smoke.__file__).resolve().parent  # verify-device's suite, installed beside this package
 # The one apt key fingerprint check (the Dockerfile's keyring stage and the neuron_repo role run it too).
 APT_KEY_SH = Path(__file__).with_name("aptkey.sh")
 
@@ -224,6 +227,16 @@ def download_debs(
     return files
 
 
+def _copy_package(home: Path, dest: Path) -> list[Path]:
+    """The package's files (neuron_cell.files: no bytecode) copied under dest; their paths there."""
+    copied = []
+    for name in neuron_cell.files(home):
+        (dest / name).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(home / name, dest / name)
+        copied.append(dest / name)
+    return copied
+
+
 def make_bundle(
     matrix: Matrix, cell: Cell, out: Path, *, mirror: Mirror | None = None, lock_path: Path | None = None,
     scopes: tuple[AptScope, ...] = (AptScope.IMAGE,),
@@ -254,11 +267,11 @@ def _write_bundle(
     (out / "lock.txt").write_text(with_pip_options(lock_text, ["--no-index", "--find-links wheels"]))
     shutil.copyfile(INSTALL_SH, out / "install.sh")
     (out / "install.sh").chmod(0o755)
-    # neuron_cell whole: the one lock installation (the image and the python_env role run it too), checked by digest.
-    kit = [Path("neuron_cell") / name for name in neuron_cell.files()]
-    for name in kit:
-        (out / name).parent.mkdir(parents=True, exist_ok=True)
-        shutil.copyfile(neuron_cell.HOME / name.relative_to("neuron_cell"), out / name)
+    # neuron_cell whole: the one lock installation (the image and the python_env role run it too), checked by digest;
+    # and the smoke tests, so that install.sh gives the target the verify-device an image and a host have.
+    kit = _copy_package(neuron_cell.HOME, out / "neuron_cell")
+    suite = _copy_package(SMOKE_HOME, out / "neuron_smoke")
+    (out / "cell.json").write_text(json.dumps(cell_record(matrix, cell), indent=2) + "\n")
     manifest = {
         "bundle": 1,
         "release": matrix.release.name,
@@ -274,9 +287,10 @@ def _write_bundle(
         "wheels": [f.__dict__ for f in wheels],
         "indexes": {i.name: redact(i.url) for i in matrix.indexes},
         "neuron_cell": neuron_cell.digest(out / "neuron_cell"),
+        "neuron_smoke": neuron_cell.digest(out / "neuron_smoke"),
     }
     (out / "manifest.json").write_text(json.dumps(manifest, indent=2) + "\n")
     listed = [*debs, *wheels, BundleFile("lock.txt", sha256_file(out / "lock.txt"), "", "")]
-    for listed_name in ("install.sh", *(path.as_posix() for path in kit)):
+    for listed_name in ("install.sh", "cell.json", *(path.relative_to(out).as_posix() for path in (*kit, *suite))):
         listed.append(BundleFile(listed_name, sha256_file(out / listed_name), "", ""))
     (out / "SHA256SUMS").write_text("".join(f"{f.sha256}  {f.path}\n" for f in sorted(listed, key=lambda f: f.path)))

@@ -1,18 +1,23 @@
 #!/bin/sh
 # Install a neuron-torch offline bundle with the network off (written by `neuron-torch bundle`).
-# Usage: install.sh [--venv DIR] [--no-apt] [--no-pip]
+# Usage: install.sh [--venv DIR] [--prefix DIR] [--no-apt] [--no-pip]
 # Checks SHA256SUMS and that the cell's Python (python3.X) can make a venv, apt-installs apt/*.deb, then creates the
 # venv (default /opt/neuron-venv) and installs the lock's wheels with neuron_cell.lockinstall (the one lock installation,
 # as in the image and the python_env role: --no-index --find-links wheels, --require-hashes --no-deps, then pip check).
+# Then verify-device, as an image and a host have it: the smoke tests and neuron_cell under the prefix (default
+# /opt/neuron-torch: smoke_tests/ and lib/), the cell record at /etc/neuron-torch/cell.json (what verify-device checks
+# the versions against) and DIR/bin/verify-device, which runs them with the venv's Python.
 # POSIX sh: runs on a bare base image.
 set -eu
 bundle=$(cd "$(dirname "$0")" && pwd)
 venv=/opt/neuron-venv
+prefix=/opt/neuron-torch
 apt=1
 pip=1
 while [ $# -gt 0 ]; do
     case "$1" in
         --venv) venv=$2; shift 2 ;;
+        --prefix) prefix=$2; shift 2 ;;
         --no-apt) apt=0; shift ;;
         --no-pip) pip=0; shift ;;
         *) echo "install.sh: unknown option $1" >&2; exit 2 ;;
@@ -49,5 +54,18 @@ if [ "$pip" = 1 ]; then
     PYTHONPATH="$bundle" "$venv/bin/python" -m neuron_cell --expect "$kit"
     PYTHONPATH="$bundle" "$venv/bin/python" -m neuron_cell.lockinstall --venv "$venv" --find-links "$bundle/wheels" \
         "$bundle/lock.txt"
+    suite=$(sed -n 's/^  "neuron_smoke": "\(.*\)",\{0,1\}$/\1/p' manifest.json)
+    PYTHONPATH="$bundle" "$venv/bin/python" -m neuron_cell --expect "$suite" --root "$bundle/neuron_smoke"
+    mkdir -p "$prefix/lib" "$prefix/smoke_tests" /etc/neuron-torch
+    rm -rf "$prefix/lib/neuron_cell" "$prefix/smoke_tests/neuron_smoke"
+    cp -R "$bundle/neuron_cell" "$prefix/lib/neuron_cell"
+    cp -R "$bundle/neuron_smoke" "$prefix/smoke_tests/neuron_smoke"
+    cp "$bundle/cell.json" /etc/neuron-torch/cell.json
+    chmod -R u=rwX,go=rX "$prefix/lib" "$prefix/smoke_tests" /etc/neuron-torch/cell.json
+    printf '#!/bin/sh\n# verify-device, installed by a neuron-torch bundle: the smoke tests with the venv'"'"'s Python.\n%s\n' \
+        "PYTHONPATH=\"$prefix/smoke_tests:$prefix/lib\${PYTHONPATH:+:\$PYTHONPATH}\" exec \"$venv/bin/python\" -m neuron_smoke \"\$@\"" \
+        > "$venv/bin/verify-device"
+    chmod 0755 "$venv/bin/verify-device"
+    echo "install.sh: verify-device is $venv/bin/verify-device"
 fi
 echo "install.sh: installed $(sed -n 's/.*"cell": "\(.*\)",/\1/p' manifest.json) from $bundle"

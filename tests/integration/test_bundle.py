@@ -1,11 +1,14 @@
-"""`neuron-torch bundle`: an offline bundle of a test cell holds what its lock and the apt pins name; tampering is
-refused. Its `install.sh` with the network off is test_quickstart.py's (the README's path D, as written, on the
-Ubuntu 26.04 twin with the AMI's traits), so the debian12 bundle is not installed a second time here."""
+"""`neuron-torch bundle`: an offline bundle of a test cell holds what its lock and the apt pins name, the smoke
+tests and the cell record; tampering is refused. The README's path D as written (install.sh with the network off on
+the Ubuntu 26.04 twin with the AMI's traits, then verify-device) is test_quickstart.py's, on fixture torch; here the
+debian12 cell's bundle, the test release's one cell with the real CPU torch, is installed offline on a fresh Debian
+12 container and its verify-device passes every stage on the CPU."""
 
 from __future__ import annotations
 
 import functools
 import json
+import re
 import shutil
 import subprocess
 import sys
@@ -13,6 +16,7 @@ from pathlib import Path
 
 import pytest
 
+from neuron_cell.cellrecord import PINNED
 from neuron_torch.bundle import make_bundle, pip_platforms
 from neuron_torch.cli import main
 from neuron_torch.errors import NeuronTorchError
@@ -63,6 +67,32 @@ def test_bundle_holds_the_lock_the_debs_and_their_sums() -> None:
     check = subprocess.run(["sha256sum", "--quiet", "--strict", "-c", "SHA256SUMS"], cwd=out)
     assert check.returncode == 0
     assert not list(out.rglob("*.pem")) and not list(out.rglob("ca*"))
+    listed = {line.split("  ", 1)[1] for line in (out / "SHA256SUMS").read_text().splitlines()}
+    assert {"cell.json", "neuron_smoke/__main__.py", "neuron_smoke/registry.py", "neuron_cell/lockinstall.py"} <= listed
+    assert json.loads((out / "cell.json").read_text())["id"] == CELL
+
+
+def test_the_bundle_installs_offline_and_its_verify_device_passes_on_real_torch() -> None:
+    """install.sh as root (path D's `sudo`) with the network off on a fresh container of the Debian 12 base (python3
+    with its venv module, as path D asks), then the installed verify-device on the CPU: every computed stage passes
+    against the installed cell record, with the bundle's torch."""
+    out = bundle()
+    docker = shutil.which("docker")
+    if docker is None or subprocess.run([docker, "info"], capture_output=True).returncode != 0:
+        pytest.skip("docker is not available")
+    base = json.loads((out / "manifest.json").read_text())["os"]["base_image"]
+    script = "nt-bundle/install.sh > /tmp/install.log 2>&1 || { tail -20 /tmp/install.log; exit 9; }; " \
+        "/opt/neuron-venv/bin/verify-device --device cpu"  # fmt: skip
+    mount = ["-v", f"{out}:/root/nt-bundle:ro", "-w", "/root"]
+    result = subprocess.run(
+        [docker, "run", "--rm", "--network", "none", *mount, base, "sh", "-c", script],
+        capture_output=True, text=True, timeout=900,
+    )  # fmt: skip
+    output = result.stdout + result.stderr
+    assert result.returncode == 0, output[-6000:]
+    for stage in ("environment", "device", "matmul", "model", "compile", "collectives"):
+        assert re.search(rf"PASS +{stage} ", output), (stage, output[-6000:])
+    assert f"cell {CELL}: {len(PINNED)} pins checked, 0 mismatched" in output, output[-6000:]
 
 
 def test_a_wheel_whose_hash_differs_from_the_lock_is_refused(tmp_path: Path) -> None:

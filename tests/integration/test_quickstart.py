@@ -53,7 +53,7 @@ from tests.testbed.harness import DOCKER, built_testbed, require_docker
 
 REPO = REPO_ROOT
 BIN = Path(sys.executable).parent
-PROGRAMS = ("neuron-torch", "ansible-playbook", "docker", "sudo", "verify-device")
+PROGRAMS = ("neuron-torch", "ansible-playbook", "docker", "sudo", "verify-device", "/opt/neuron-venv/bin/verify-device")
 
 
 def quick_start() -> tuple[list[str], dict[str, list[str]]]:
@@ -246,7 +246,7 @@ def target_image(stage: str) -> str:
 def test_the_bundle_path_runs_as_written_and_installs_offline(project: tuple[Path, dict[str, str]]) -> None:
     copy, _ = project
     _, paths = quick_start()
-    lock, make, install = paths["D"]
+    lock, make, install, verify = paths["D"]
     run(lock, project)
     run(make, project)
     out = copy / shlex.split(make)[shlex.split(make).index("--out") + 1]
@@ -281,3 +281,14 @@ def test_the_bundle_path_runs_as_written_and_installs_offline(project: tuple[Pat
     output = done.stdout + done.stderr
     assert done.returncode == 0, output[-4000:]
     assert f"{wheels['torch']} {wheels['torch-neuronx']}" in output and "[]" in output.split(), output[-2000:]
+    # Step 4 as written, after step 3: the environment stage passes on the bundle's venv (the twin's torch is a
+    # fixture, so nothing computes); the device stage fails naming the missing Neuron device (exit 3). The same
+    # bundle path with a real torch passes every stage: test_bundle.py's debian12 run.
+    verified = subprocess.run(
+        [*offline, target_image("venv"), "sh", "-c", f"{install} >/dev/null 2>&1 && {verify}"],
+        capture_output=True, text=True, timeout=600,
+    )  # fmt: skip
+    output = verified.stdout + verified.stderr
+    assert verified.returncode == 3, output[-4000:]
+    assert re.search(r"PASS +environment .* 0 mismatched", output), output[-4000:]
+    assert re.search(r"FAIL +device .*/dev/neuron", output), output[-4000:]
