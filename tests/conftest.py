@@ -63,7 +63,7 @@ SECONDS = {
     "tests/integration/test_packer.py": 639,
     "smoke-clean-run": 502,
     "image": 347,
-    "tests/integration/test_quickstart.py": 143,
+    "tests/integration/test_quickstart.py": 250,
     "tests/integration/smoke/test_evaluate.py": 136,
     "tests/integration/test_ansible.py": 114,
     "tests/integration/smoke/test_cluster.py": 84,

@@ -11,13 +11,12 @@ checked inside; the only image build of the 2.14 family and the distro's Python 
 wheels from the fixture indexes, its apt packages from the test bed's `resolute` suite), and `sudo
 nt-bundle/install.sh` as user `ubuntu` with the network off, on the Ubuntu 26.04 twin given the traits of Canonical's
 AMIs that install.sh meets ([ami.python3]: python3 but no python3-venv, which install.sh refuses before installing
-anything; [ami.sudo]) and then with python3-venv, as the README's step asks.
-What runs with one flag added: path A's Ansible steps (`--syntax-check`: a converge is test_fleet.py's, to the test
-cell of the 24.04 twin). Path A's converge cannot run as written here yet: the real default cell needs a host of the
-26.04 twin, whose systemd (262, Debian forky's; Ubuntu 26.04's 259 likewise, both past systemd 258, which removed
-cgroup v1) refuses to boot where Docker runs on cgroup v1 ("Detected unsupported legacy cgroup hierarchy, refusing
-execution"), as the machine this was written on does (`docker info`: Cgroup Version 1; privileged containers, which
-could mount a cgroup2 hierarchy, are refused there).
+anything; [ami.sudo]) and then with python3-venv, as the README's step asks. Path A's two `ansible-playbook` lines,
+with the Ansible controller's bin on PATH as the README's note says, against an inventory.ini that lists one SSH host
+of the Ubuntu 26.04 twin (tests/testbed/hosts.py: an AMI's traits, systemd 262 on a cgroup2 subfolder of its own,
+host keys checked) and a group_vars/all.json beside it holding the host's login and the mirror's Ansible variables
+(docs/mirrors.md: the same apt repository, key and indexes as mirror.toml): provision.yml converges the real default
+cell; verify.yml fails at the device stage, naming the missing Neuron device, after the environment stage passed.
 Field items, only parsed here: path B's `docker run --device=/dev/neuron0` (needs a Trainium device: test_image.py
 runs the test cell's image with the README's `--device=` flags on fixture device nodes and the simulated device) and
 path C's AMI launch (AWS).
@@ -45,6 +44,7 @@ import pytest
 from neuron_torch.cli import build_parser
 from neuron_torch.matrix import Matrix
 from tests import REPO_ROOT
+from tests.integration.test_fleet import recap
 from tests.integration.test_image import ENVIRONMENT_CHECK
 from tests.testbed import hosts
 from tests.testbed.baseimages import twin_base
@@ -144,11 +144,13 @@ def project(tmp_path_factory: pytest.TempPathFactory, matrix: Matrix) -> Iterato
         yield copy, env
 
 
-def run(command: str, project: tuple[Path, dict[str, str]]) -> str:
+def run(command: str, project: tuple[Path, dict[str, str]], path: Path | None = None, returncode: int = 0) -> str:
+    """Run `command` as a user types it in the copy (`path` first on PATH); it must exit `returncode`."""
     copy, env = project
-    result = subprocess.run(command, shell=True, cwd=copy, env=env, capture_output=True, text=True, timeout=600)
+    env = {**env, "PATH": f"{path}:{env['PATH']}"} if path else env
+    result = subprocess.run(command, shell=True, cwd=copy, env=env, capture_output=True, text=True, timeout=900)
     output = result.stdout + result.stderr
-    assert result.returncode == 0, f"{command}\n{output}"
+    assert result.returncode == returncode, f"{command}\n{output[-8000:]}"
     assert "Traceback" not in output, output
     return output
 
@@ -202,16 +204,56 @@ def test_the_image_path_builds_as_written(project: tuple[Path, dict[str, str]], 
         subprocess.run([DOCKER, "image", "rm", *tags], capture_output=True)  # the tags; the build cache stays
 
 
-def test_the_ansible_steps_parse_as_written(project: tuple[Path, dict[str, str]]) -> None:
-    playbook = REPO / ".venv-ansible" / "bin" / "ansible-playbook"
-    if not playbook.exists():
-        pytest.skip(f"{playbook} is missing: run scripts/dev-setup.sh (it makes .venv-ansible)")
+def test_the_ansible_path_converges_and_verifies_as_written(project: tuple[Path, dict[str, str]]) -> None:
+    """Path A as written on a host of the real default cell's OS, the Ubuntu 26.04 twin: the converge passes, and
+    verify.yml, with the default device (neuron), fails at the device stage after the environment stage passed."""
+    controller = REPO / ".venv-ansible" / "bin"  # the README's ~/.venvs/ansible/bin
+    if not (controller / "ansible-playbook").exists():
+        pytest.skip(f"{controller}/ansible-playbook is missing: run scripts/dev-setup.sh (it makes .venv-ansible)")
+    require_docker()
     copy, _ = project
-    (copy / "inventory.ini").write_text("[trn2]\nnever-reached ansible_host=192.0.2.1\n")
     _, paths = quick_start()
-    for command in paths["A"][2:]:
-        assert " ansible-playbook " in command, command
-        run(command.replace(" ansible-playbook ", f" {playbook} ") + " --syntax-check", project)
+    lock, _, provision, verify = paths["A"]
+    assert all(" ansible-playbook -i inventory.ini " in f" {c}" for c in (provision, verify)), paths["A"]
+    cell = shlex.split(lock)[-1]
+    run(lock, project)
+    try:
+        fleet = hosts.Fleet(copy.parent / "hosts", f"nt-quickstart-{os.getpid()}", twin_base("ubuntu26.04"))
+    except hosts.HostError as error:
+        pytest.fail(str(error))
+    try:
+        try:
+            host = fleet.start("trn2-1")  # systemd 262 on a cgroup2 subfolder of its own (hosts.py)
+        except hosts.HostError as error:
+            pytest.fail(str(error))
+        # The user's inventory: the host, and beside it the login and the mirror (docs/mirrors.md, Ansible column).
+        (copy / "inventory.ini").write_text(f"[trn2]\n{host.name} ansible_host=127.0.0.1 ansible_port={host.port}\n")
+        mirror = tomllib.loads((copy / "mirror.toml").read_text())
+        mirror_vars = {
+            "neuron_repo_url": mirror["apt"]["url"],
+            "neuron_repo_key_url": mirror["apt"]["key_url"],
+            "neuron_repo_key_fingerprint": mirror["apt"]["key_fingerprint"],
+            "python_env_index_overrides": mirror["indexes"],
+        }
+        login = json.loads(fleet.inventory().read_text())["all"]["vars"]  # the fleet's: user, key, known_hosts
+        (copy / "group_vars").mkdir()
+        (copy / "group_vars" / "all.json").write_text(json.dumps({**login, **mirror_vars}, indent=2))
+        converged = run(provision, project, path=controller)
+        assert recap(converged, host.name)["failed"] == 0 and recap(converged, host.name)["changed"] > 0, converged
+        assert f"verify-device not run on {host.name}" in converged  # no /dev/neuron0: installed, not run
+        installed = fleet.exec(host.name, "cat", "/etc/neuron-torch/lock.txt").stdout.decode()
+        assert installed == (copy / "constraints" / "locks" / f"{cell}.txt").read_text()  # step 1's lock, as written
+        verified = run(verify, project, path=controller, returncode=2)
+        state = copy / ".neuron-torch"
+        summary = json.loads((state / "verify-summary.json").read_text())
+        assert [(r["host"], r["verdict"], r["stage"]) for r in summary["hosts"]] == [(host.name, "fail", "device")]
+        assert "/dev/neuron" in summary["hosts"][0]["message"], verified[-6000:]
+        report = json.loads((state / "reports" / f"{host.name}.json").read_text())
+        stages = {stage["name"]: stage["status"] for stage in report["stages"]}
+        assert stages["environment"] == "pass" and stages["device"] == "fail", stages
+        assert report["exit_code"] == 3, report["exit_code"]  # verify-device's "the device is missing"
+    finally:
+        fleet.remove()
 
 
 # The Ubuntu 26.04 twin given what install.sh meets on Canonical's AMIs (tests/testbed/traits.toml): python3 and no

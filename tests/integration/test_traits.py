@@ -7,14 +7,16 @@ import email.parser
 import hashlib
 import json
 import tarfile
+import uuid
 import zipfile
 from pathlib import Path
 
 import pytest
 
-from tests.testbed import baseimages, standalone, traits
+from tests.testbed import baseimages, cgroup2, standalone, traits
 from tests.testbed.ami_traits import ami_trait_problems
 from tests.testbed.harness import built_testbed, docker, require_docker
+from tests.testbed.hosts import Fleet, HostError, needs_cgroup2
 from tests.testbed.index import REAL_TORCH_DIR
 
 
@@ -71,6 +73,31 @@ def test_each_twin_carries_every_container_trait(twin_id: str) -> None:
     for trait in ("dpkg_excludes", "apt_docker_clean"):
         text = docker("run", "--rm", "--entrypoint", "/bin/cat", image, container[trait]["path"]).stdout
         assert text.splitlines() == container[trait]["lines"], f"{image}: {container[trait]['path']} differs"
+
+
+def test_a_host_of_the_26_04_twin_boots_systemd_on_a_cgroup2_hierarchy_of_its_own(tmp_path: Path) -> None:
+    """[ami.cgroup2] read back from a fresh host of the Ubuntu 26.04 twin (its systemd refuses this machine's cgroup
+    v1): systemd `running`, no failed unit, /sys/fs/cgroup a cgroup2fs; the host's subfolder goes with the host."""
+    require_docker()
+    trait = traits.traits()["ami"]["cgroup2"]
+    try:
+        fleet = Fleet(tmp_path, f"nt-cgroup2-{uuid.uuid4().hex[:6]}", baseimages.twin_base("ubuntu26.04"))
+        assert needs_cgroup2(fleet.image), f"{fleet.image}: systemd older than {trait['systemd_only_from']}"
+        fleet.start("host")
+    except HostError as error:
+        pytest.fail(str(error))
+    container = fleet.hosts["host"].container
+    try:
+        state = fleet.exec("host", "timeout", "60", "systemctl", "is-system-running", "--wait")
+        failed = fleet.exec("host", "systemctl", "list-units", "--failed", "--plain", "--no-legend")
+        fs_type = fleet.exec("host", "stat", "-f", "-c", "%T", "/sys/fs/cgroup")
+        assert state.stdout.decode().strip() == "running", state.stdout.decode() + failed.stdout.decode()
+        assert failed.stdout.decode().strip() == "", failed.stdout.decode()
+        assert fs_type.stdout.decode().strip() == trait["fs_type"], fs_type.stdout.decode()
+        assert list((cgroup2.ROOT / container).rglob("init.scope")), "systemd made no cgroup in the host's subfolder"
+    finally:
+        fleet.remove()
+    assert not (cgroup2.ROOT / container).exists(), "the host's cgroup2 subfolder outlived it"
 
 
 def test_torch_requires_are_the_real_wheels() -> None:

@@ -4,7 +4,8 @@
 with `docker rm -f`) and writes an inventory and known_hosts under DIR; the tests use `Fleet` directly. Every host
 is one container of one shared host image (`neuron-torch-host:<base tag>`, built once from a base image, keyed by
 the base and the rendered Dockerfile), so starting eight costs eight `docker run`s, not eight builds. The base is
-the Ubuntu 24.04 twin (`TWIN`, traits.toml [twins]): a host starts where a Canonical Ubuntu AMI's instance starts.
+the Ubuntu 24.04 twin (`TWIN`, traits.toml [twins]), or another twin given as `base` (the 26.04 twin's for the README's
+default cell): a host starts where a Canonical Ubuntu AMI's instance starts.
 
 What a host imitates: every [ami] trait of traits.toml (tests/testbed/ami_traits.py reads them back from a fresh
 host in tests/integration/test_fleet.py), and where each comes from:
@@ -38,16 +39,23 @@ Not imitated: the kernel (containers share the controller's; `uname -r` is not a
 own run (its state is laid out, the program is not installed: no datasource answers in a container), the apt
 archive (the twin is Debian underneath, traits.toml [twins]), /dev/neuron* devices.
 
-systemd runs unprivileged: a read-only bind of /sys/fs/cgroup (cgroup v1 here), tmpfs on /run and /run/lock, and
-SIGRTMIN+3 to stop it. tmp.mount is masked: Debian trixie's systemd mounts a tmpfs on /tmp, which an unprivileged
-container cannot, and Ubuntu does not (its /tmp is on the root file system).
+systemd runs unprivileged: tmpfs on /run and /run/lock, SIGRTMIN+3 to stop it, and /sys/fs/cgroup bound one of two
+ways, chosen by the image's systemd version (`needs_cgroup2`). A systemd that takes cgroup v1 (the 24.04 twin's 257)
+gets a read-only bind of this machine's cgroups (v1 here; a real 24.04 AMI boots the unified hierarchy: not
+imitated). One that boots only on the unified cgroup2 hierarchy (>= 258, traits.toml [ami.cgroup2]: the 26.04 twin's
+262, as Ubuntu 26.04's 259) gets a subfolder of its own of a cgroup2 hierarchy this machine mounts as root
+(tests/testbed/cgroup2.py), bound read-write: systemd makes its cgroups there as on a machine of its own, and the
+subfolder goes with the host (Fleet.remove). tmp.mount is masked: Debian's systemd mounts a tmpfs on /tmp, which an
+unprivileged container cannot, and Ubuntu does not (its /tmp is on the root file system).
 """
 
 from __future__ import annotations
 
 import argparse
+import functools
 import io
 import json
+import re
 import secrets
 import socket
 import subprocess
@@ -57,6 +65,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from tests.testbed import cgroup2
 from tests.testbed.cache import key
 from tests.testbed.traits import traits
 
@@ -76,9 +85,9 @@ RUN_FLAGS = (
     "--network=host",
     "--tmpfs=/run",
     "--tmpfs=/run/lock",
-    "--volume=/sys/fs/cgroup:/sys/fs/cgroup:ro",
     "--stop-signal=SIGRTMIN+3",
 )
+CGROUP_V1 = "--volume=/sys/fs/cgroup:/sys/fs/cgroup:ro"  # the machine's cgroup v1, read-only (needs_cgroup2: False)
 
 DOCKERFILE = """\
 FROM {base}
@@ -137,6 +146,26 @@ def fleet_cell(matrix_path: Path | None = None) -> str:
     return cells[0]
 
 
+def twin_of(base: str) -> str:
+    """The twin (traits.toml [twins]) whose image is `base`: the Ubuntu release its hosts name in os-release."""
+    return next((twin for twin, entry in traits()["twins"].items() if entry["image"] == base), TWIN)
+
+
+@functools.cache
+def systemd_major(image: str) -> int:
+    """The major version of `image`'s systemd package (dpkg's record; nothing is booted)."""
+    query = docker("run", "--rm", "--network=none", "--entrypoint=dpkg-query", image, "-W", "-f=${Version}", "systemd")
+    match = re.match(r"(?:\d+:)?(\d+)", query.stdout.decode())
+    if match is None:
+        raise HostError(f"{image} holds no systemd package: a host image needs it ({query.stdout.decode()!r})")
+    return int(match[1])
+
+
+def needs_cgroup2(image: str) -> bool:
+    """True when `image`'s systemd boots only on the unified cgroup2 hierarchy (traits.toml [ami.cgroup2])."""
+    return systemd_major(image) >= int(traits()["ami"]["cgroup2"]["systemd_only_from"])
+
+
 def host_image_name(base: str) -> str:
     return "neuron-torch-host:" + base.rsplit(":", 1)[-1]
 
@@ -149,7 +178,7 @@ def build_host_image(base: str = DEFAULT_BASE) -> str:
         raise HostError(f"the base image {base} is missing: run scripts/testbed.sh build")
     dockerfile = DOCKERFILE.format(
         base=base, packages=" ".join(HOST_PACKAGES), kernel_packages=" ".join(KERNEL_PACKAGES),
-        user=USER, uid=UID, sudoers=SUDOERS, cloud=CLOUD, version=traits()["twins"][TWIN]["version"],
+        user=USER, uid=UID, sudoers=SUDOERS, cloud=CLOUD, version=traits()["twins"][twin_of(base)]["version"],
     )  # fmt: skip
     # Keyed by the base and the Dockerfile as rendered (everything the image is made of), not by this module's code:
     # a change to the inventory or the start of a host does not rebuild the image.
@@ -213,6 +242,7 @@ class Fleet:
         self.identity = folder / "id_ed25519"
         self.known_hosts = folder / "known_hosts"
         self.hosts: dict[str, Host] = {}
+        self.cgroups: set[str] = set()  # the containers given a cgroup2 subfolder (removed with them)
         if not self.identity.exists():
             self._keygen(self.identity, "neuron-torch-testbed-controller")
 
@@ -258,6 +288,7 @@ class Fleet:
         docker("rm", "-f", container, check=False)
         port = free_port()
         flags = ["--name", container, "--hostname", name, f"--add-host={name}:127.0.0.1", *RUN_FLAGS]
+        flags.append(self._cgroup_volume(container, image or self.image))
         docker("create", *flags, image or self.image)
         payload, public = self._payload(name, port)
         docker("cp", "-", f"{container}:/", stdin=payload)
@@ -267,6 +298,17 @@ class Fleet:
         self._write_files()
         self._wait_for_ssh(host)
         return host
+
+    def _cgroup_volume(self, container: str, image: str) -> str:
+        """The /sys/fs/cgroup the host's systemd boots on: a new cgroup2 subfolder of its own, or the v1 bind."""
+        if not needs_cgroup2(image):
+            return CGROUP_V1
+        try:
+            folder = cgroup2.make(container)
+        except cgroup2.Cgroup2Error as error:
+            raise HostError(f"host {container}: systemd {systemd_major(image)} of {image}: {error}") from error
+        self.cgroups.add(container)
+        return f"--volume={folder}:/sys/fs/cgroup:rw"
 
     def _wait_for_ssh(self, host: Host, timeout: float = 60) -> None:
         deadline = time.monotonic() + timeout
@@ -292,8 +334,13 @@ class Fleet:
         return image
 
     def remove(self) -> None:
-        if self.hosts:
-            docker("rm", "-f", *(h.container for h in self.hosts.values()), check=False)
+        """Remove every host's container (and one whose start failed), then the cgroup2 subfolders they had."""
+        containers = {h.container for h in self.hosts.values()} | self.cgroups
+        if containers:
+            docker("rm", "-f", *sorted(containers), check=False)
+        for container in sorted(self.cgroups):
+            cgroup2.remove(container)
+        self.cgroups.clear()
 
     def host_key_options(self) -> list[str]:
         """Host-key checking on, against this fleet's known_hosts (what a user's ~/.ssh/known_hosts holds)."""
