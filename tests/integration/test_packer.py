@@ -33,6 +33,7 @@ from neuron_torch.packer import (
 )
 from neuron_torch.render_packer import cell_var_file, var_file_path
 from tests import REPO_ROOT
+from tests.testbed import folder
 from tests.testbed.fixture_indexes import build_release_indexes
 from tests.testbed.server import base_url, served_token
 
@@ -402,7 +403,7 @@ def docker_builds() -> dict[str, int]:
     The debian12 build is the one converge of the real CPU torch with every verify-device stage after it, proven
     nowhere else (test_image runs verify-device in the Dockerfile's image, not after the Ansible provisioning;
     molecule and the fleet run the environment stage only)."""
-    testbed = Path(os.environ.get("NEURON_TORCH_TESTBED_DIR", REPO / ".testbed"))
+    testbed = folder()
     test_matrix = load_matrix(REPO / "constraints" / "test-matrix.toml")
     missing = _build_problems(test_matrix, testbed)
     if missing:

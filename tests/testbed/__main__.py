@@ -8,7 +8,6 @@ serve   (re)starts the server over .testbed/www; stop stops it; status says whet
 from __future__ import annotations
 
 import argparse
-import os
 import shutil
 import subprocess
 import sys
@@ -19,14 +18,14 @@ from pathlib import Path
 from neuron_torch import lock as neuron_lock
 from neuron_torch import lockfile as neuron_lockfile
 from neuron_torch.matrix import Cell, Matrix, load_matrix
-from tests.testbed import aptrepo, baseimages, index, locks, server, standalone
+from tests.testbed import aptrepo, baseimages, folder, index, locks, server, standalone
 from tests.testbed.cache import Stamps, key
 from tests.testbed.filelock import exclusive, write_if_changed
 from tests.testbed.traits import traits
 
 ROOT = Path(__file__).resolve().parents[2]
 # Another folder for a second bed beside this checkout's (scripts/bench-testbed.sh); the tests read the same variable.
-TESTBED = Path(os.environ.get("NEURON_TORCH_TESTBED_DIR") or ROOT / ".testbed")
+TESTBED = folder()
 WWW = TESTBED / "www"
 WORK = TESTBED / "work"
 PID_FILE = TESTBED / "server.pid"

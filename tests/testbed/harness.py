@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from neuron_torch.matrix import Matrix, load_matrix
+from tests.testbed import folder
 
 ROOT = Path(__file__).resolve().parents[2]
 TEST_MATRIX = ROOT / "constraints" / "test-matrix.toml"
@@ -56,7 +57,7 @@ def _build() -> Testbed:
     )
     if result.returncode != 0:
         raise AssertionError(f"test-bed build failed:\n{result.stdout}\n{result.stderr}")
-    testbed = ROOT / ".testbed"
+    testbed = folder()
     return Testbed(
         matrix=load_matrix(TEST_MATRIX),
         output=result.stdout,
