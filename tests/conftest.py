@@ -69,6 +69,7 @@ SECONDS = {
     "tests/integration/smoke/test_cluster.py": 84,
     "tests/integration/test_pip_tools.py": 77,
     "tests/integration/smoke/test_runtime_rules.py": 69,
+    "tests/integration/smoke/test_shared_cache.py": 60,
     "tests/integration/test_bad_inputs.py": 47,
     "tests/integration/test_release_bump.py": 45,
     "tests/integration/test_lock.py": 40,

@@ -98,6 +98,28 @@ def test_blind_fallback_tracking_fails(sim_env: dict[str, str], tmp_path: Path, 
     assert "op tracking is blind" in fallback["failures"][0]
 
 
+def test_a_compile_backend_that_compiles_nothing_fails_compile(
+    sim_env: dict[str, str], cell_file: Path, tmp_path: Path, fverify: Verify
+) -> None:
+    """eager_graphs: the neuron backend runs every graph eagerly, op by op. The numbers are right and the NEFF cache
+    fills all the same (with eager kernels, which TorchNeuron's cache names as it names graphs): only the backend's
+    own counters can tell, in this process and in the fresh ones."""
+    args = ("--cell-file", str(cell_file), "--stages=environment,device,model,compile")
+    run = fverify({**sim_env, "NEURON_SIM_INJECT": "eager_graphs"}, *args, tmp=tmp_path)
+    assert run.returncode == 1
+    assert run.stage("model")["status"] == "pass"
+    compiled = run.stage("compile")
+    assert compiled["status"] == "fail" and "NO GRAPH COMPILED" in compiled["summary"]
+    assert (compiled["numbers"]["graphs_compiled"], compiled["numbers"]["graphs_loaded"]) == (0, 0)
+    assert compiled["failures"] == [
+        "torch.compile(backend='neuron') compiled no graph and loaded none for stage 4's training step (the device's "
+        "compile counters): the backend ran it eagerly, op by op",
+        "torch.compile(backend='neuron') compiled no graph in a fresh process with an empty compile cache (the "
+        "device's compile counters: 0): the backend ran the model eagerly, op by op",
+    ]
+    assert list((tmp_path / "neff-cache").rglob("*.neff")), "the eager kernels' entries: a file count would pass"
+
+
 def test_host_execution_fails_the_throughput_floor(attention_fallback_at_host_speed: Run, clean_sim_run: Run) -> None:
     run = attention_fallback_at_host_speed
     assert run.returncode == 1
