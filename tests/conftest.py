@@ -61,7 +61,7 @@ SECONDS = {
     "tests/integration/test_fleet.py": 760,
     "tests/integration/test_molecule.py": 720,
     "tests/integration/test_packer.py": 639,
-    "smoke-clean-run": 502,
+    "smoke-clean-run": 630,
     "image": 347,
     "tests/integration/test_quickstart.py": 143,
     "tests/integration/smoke/test_evaluate.py": 136,

@@ -16,6 +16,8 @@ sceptical platform team would try (issue 13); none makes the device kinder than 
 | rank_hang     | rank 1's `all_reduce` never returns (the others wait for it)                                  |
 | eager_graphs  | the `neuron` torch.compile backend compiles nothing: each graph runs eagerly on the device,   |
 |               | op by op, so the cache holds only eager kernels and the backend's counters stay at zero       |
+| no_cache_stats| `torch_neuronx.compile_cache_stats()` (the twin's own counters) is absent, as in the real     |
+|               | torch_neuronx: only the NEFF cache's entries can tell a compiled graph                        |
 
 Python kernels bypass the device's op tracking: ops they replace are neither executed nor fallback ops.
 """
@@ -31,7 +33,16 @@ from typing import Any
 import neuron_sim_env
 import torch
 
-INJECTORS = ("bf16_addmm", "large_k", "fp32_as_bf16", "blind_tracking", "gil_hang", "rank_hang", "eager_graphs")
+INJECTORS = (
+    "bf16_addmm",
+    "large_k",
+    "fp32_as_bf16",
+    "blind_tracking",
+    "gil_hang",
+    "rank_hang",
+    "eager_graphs",
+    "no_cache_stats",
+)
 MATMUL_OPS = ("mm", "addmm", "bmm")
 LARGE_K = 2048
 WRONG_FACTOR = 1.1
