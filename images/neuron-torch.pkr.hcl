@@ -45,10 +45,11 @@ locals {
   )
   playbook_vars = merge(
     {
-      neuron_cell         = var.cell_id
-      neuron_lock_file    = local.lock_path
-      neuron_release_vars = abspath("${var.repo_root}/${var.ansible_vars_file}")
-      neuron_repo_root    = abspath(var.repo_root)
+      neuron_cell              = var.cell_id
+      neuron_compile_cache_dir = var.neuron_compile_cache_dir
+      neuron_lock_file         = local.lock_path
+      neuron_release_vars      = abspath("${var.repo_root}/${var.ansible_vars_file}")
+      neuron_repo_root         = abspath(var.repo_root)
     },
     var.ansible_extra_vars,
   )

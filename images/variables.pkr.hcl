@@ -96,6 +96,16 @@ variable "ansible_playbook_command" {
   default     = ".venv-ansible/bin/ansible-playbook"
 }
 
+variable "neuron_compile_cache_dir" {
+  type        = string
+  description = "TorchNeuron's persistent compile cache (TORCH_NEURONX_NEFF_CACHE_DIR) for login shells on the AMI: the shared folder (FSx or EFS mount) every node uses; empty: TorchNeuron's default (/tmp/neff_cache)."
+  default     = ""
+  validation {
+    condition     = var.neuron_compile_cache_dir == "" || substr(var.neuron_compile_cache_dir, 0, 1) == "/"
+    error_message = "The neuron_compile_cache_dir must be an absolute path (e.g. /fsx/neff-cache), or empty for TorchNeuron's default."
+  }
+}
+
 # No type: a value may hold lists and maps (python_env_index_overrides, neuron_verify_extra_args), and Packer 1.6.6
 # has no `any`; without a type and with a null default, Packer keeps the value as given (an {} default would drop
 # every key given).

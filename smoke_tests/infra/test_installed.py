@@ -101,6 +101,15 @@ def test_environment_paths(host: Any, target: str) -> None:
     assert all(entry in libraries for entry in LIBRARY_ENTRIES), f"LD_LIBRARY_PATH lacks {LIBRARY_ENTRIES}: {libraries}"
 
 
+def test_a_configured_compile_cache_folder_exists(host: Any, target: str) -> None:
+    """TORCH_NEURONX_NEFF_CACHE_DIR, where the image (`-e`) or the host's profile (neuron_compile_cache_dir) sets it,
+    names a folder that is there: TorchNeuron would otherwise make a private one and no node would share it."""
+    cache = environment(host, target).get("TORCH_NEURONX_NEFF_CACHE_DIR", "")
+    if not cache:
+        pytest.skip("TORCH_NEURONX_NEFF_CACHE_DIR is not set: TorchNeuron's default cache (/tmp/neff_cache) is used")
+    assert cache.startswith("/") and host.file(cache).is_directory, f"the compile cache {cache} is not a folder"
+
+
 def test_installed_paths(host: Any) -> None:
     assert host.file(PYTHON).exists
     assert host.file(f"{SMOKE}/neuron_smoke/__main__.py").is_file

@@ -5,9 +5,17 @@ Dynamo and AOT Autograd trace and compile) is the first call reported here; the 
 eager are further forward calls of the same compiled module in the mode it was compiled in (training, grad enabled),
 so nothing compiles twice.
 
+The stage proves that graphs were compiled, never taking eager kernels for them: TorchNeuron's NEFF cache holds both
+in one namespace (compile_probe.py). This process's graphs compiled and loaded (`graphs_compiled`, `graphs_loaded`:
+with a cache a cluster shares, a node started after another compiled the same graphs compiles none) come from the
+device's own compile counters; where the device module reports none they are unknown and the report says so. A
+backend that compiled and loaded no graph for stage 4's step ran it eagerly: the stage fails.
+
 On neuron the first call is also measured in two fresh processes sharing an initially empty compile cache
 (TORCH_NEURONX_NEFF_CACHE_DIR): cold (everything compiles) and warm (a new process loading what the first stored),
 on one of the NeuronCores the collective ranks own, which are free while the collectives do not run (see cores.py).
+The cold one must compile a graph (the counters, else the cache entries its compiled call added after an eager run of
+the same forward); the warm one hits the cache when it compiles none.
 """
 
 from __future__ import annotations
@@ -25,6 +33,7 @@ from typing import Any
 from neuron_smoke import cores, stage_model
 from neuron_smoke.compile_probe import CACHE_ENV
 from neuron_smoke.context import Context, StageLog
+from neuron_smoke.evaluate.sweep import device_cache
 from neuron_smoke.models import ModelSpec
 from neuron_smoke.numerics import normwise_error
 from neuron_smoke.stage_model import CompiledStep, Mode, _leaves
@@ -72,6 +81,7 @@ def run(ctx: Context, log: StageLog) -> None:
     rtol = ctx.eager_rtol()
     if worst > rtol:
         log.fail(f"compiled output differs from eager by {worst:.3g} (rtol {rtol:g})")
+    node_graphs(ctx, log, step.backend)
     fresh = fresh_process_first_calls(ctx, log, step.backend) if ctx.backend.name == "neuron" else ""
     log.summary = (
         f"backend {step.backend}: first call (training step) {step.first_call_s:.2f}s{fresh}, steady forward "
@@ -79,7 +89,34 @@ def run(ctx: Context, log: StageLog) -> None:
     )
 
 
-def _probe(ctx: Context, env: dict[str, str], backend: str) -> dict[str, float]:
+def node_graphs(ctx: Context, log: StageLog, backend: str) -> None:
+    """This process's graphs compiled and loaded so far (stage 4's step), from the device's compile counters."""
+    counts = device_cache(ctx.backend.import_module())
+    log.numbers.update(
+        compile_cache_dir=os.environ.get(CACHE_ENV) or None,  # None: TorchNeuron's default (/tmp/neff_cache)
+        graphs_compiled=None if counts is None else counts["compiles"],
+        graphs_loaded=None if counts is None else counts["hits"],
+    )
+    if ctx.backend.name != "neuron":
+        return
+    if counts is None:
+        log.note("the device module reports no compile counters: the graphs this node compiled and loaded are unknown")
+    elif counts["compiles"] + counts["hits"] == 0 and backend == ctx.backend.compile_backend:
+        log.fail(
+            f"torch.compile(backend={backend!r}) compiled no graph and loaded none for stage 4's training step (the "
+            "device's compile counters): the backend ran it eagerly, op by op"
+        )
+
+
+def _compiled(probe: dict[str, Any]) -> tuple[int, str]:
+    """The graphs a probe compiled, and how that is known: the device's counters, else the cache entries its compiled
+    call added after an eager run of the same forward (compile_probe.py)."""
+    if probe.get("graphs_compiled") is not None:
+        return int(probe["graphs_compiled"]), "the device's compile counters"
+    return int(probe["entries_after"] - probe["entries_before"]), f"new entries under {CACHE_ENV}"
+
+
+def _probe(ctx: Context, env: dict[str, str], backend: str) -> dict[str, Any]:
     cmd = [sys.executable, "-m", "neuron_smoke.compile_probe", "--device", ctx.backend.name, "--backend", backend]
     cmd += ["--model", ctx.options.model] if ctx.options.model else []
     proc = subprocess.run(
@@ -88,7 +125,7 @@ def _probe(ctx: Context, env: dict[str, str], backend: str) -> dict[str, float]:
     if proc.returncode != 0:
         tail = "\n".join((proc.stdout + proc.stderr).strip().splitlines()[-5:])
         raise RuntimeError(f"the fresh-process compile probe exited {proc.returncode}: {tail}")
-    result: dict[str, float] = json.loads(proc.stdout.strip().splitlines()[-1])
+    result: dict[str, Any] = json.loads(proc.stdout.strip().splitlines()[-1])
     return result
 
 
@@ -104,18 +141,24 @@ def fresh_process_first_calls(ctx: Context, log: StageLog, backend: str) -> str:
         env["PYTHONPATH"] = os.pathsep.join(p for p in (package_root, env.get("PYTHONPATH")) if p)
         cold = _probe(ctx, env, backend)
         warm = _probe(ctx, env, backend)
-    stored = int(cold["entries_after"] - cold["entries_before"])
-    added = int(warm["entries_after"] - warm["entries_before"])
-    hit = None if stored == 0 else added == 0
+    (stored, source), (added, _) = _compiled(cold), _compiled(warm)
+    hit = None if stored == 0 else added == 0 and warm.get("graphs_loaded") != 0
     log.numbers.update(
         cold_first_call_s=cold["first_call_s"],
         warm_first_call_s=warm["first_call_s"],
-        cache_entries_stored=stored,
+        cold_graphs_compiled=stored,
+        warm_graphs_compiled=added,
+        warm_graphs_loaded=warm.get("graphs_loaded"),
         warm_cache_hit=hit,
     )
-    if hit is None:
-        log.note(f"the cold run stored no *.neff under {CACHE_ENV}: whether the warm run hit the cache is unknown")
+    if hit is None and backend == ctx.backend.compile_backend:
+        log.fail(
+            f"torch.compile(backend={backend!r}) compiled no graph in a fresh process with an empty compile cache "
+            f"({source}: 0): the backend ran the model eagerly, op by op"
+        )
+    elif hit is None:
+        log.note(f"backend {backend!r} compiled no graph for the device's cache: whether it is reused is unknown")
     elif not hit:
-        log.note(f"the warm run compiled {added} artifact(s) again: the persistent compile cache was not hit")
-    words = {None: "cache use unknown", True: "cache hit", False: "cache MISSED"}[hit]
+        log.note(f"the warm run compiled {added} graph(s) again: the persistent compile cache was not hit")
+    words = {None: "NO GRAPH COMPILED", True: "cache hit", False: "cache MISSED"}[hit]
     return f" (new process: cold {cold['first_call_s']:.2f}s, warm {warm['first_call_s']:.2f}s, {words})"

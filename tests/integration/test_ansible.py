@@ -241,6 +241,59 @@ def test_smoke_tests_are_deployed_as_one_archive_idempotently_and_an_edit_is_dep
     assert not list(scratch.iterdir()), "the controller's archive folder was left behind"
 
 
+# --- neuron_runtime: the login shell's profile and the shared compile cache ----------------------------------------
+
+PROFILE_PLAY = """---
+- name: Write the login shell's profile
+  hosts: localhost
+  connection: local
+  gather_facts: false
+  vars:
+    ansible_python_interpreter: "{{ ansible_playbook_python }}"
+  tasks:
+    - name: Run the role's profile tasks.
+      ansible.builtin.include_role:
+        name: neuron_runtime
+        tasks_from: profile.yml
+"""
+
+
+def test_the_profile_exports_the_shared_compile_cache_only_when_one_is_set(tmp_path: Path) -> None:
+    """neuron_runtime's profile tasks into a folder of this machine (connection local): with neuron_compile_cache_dir
+    a login shell gets TORCH_NEURONX_NEFF_CACHE_DIR and the folder exists; empty, the variable is not set at all
+    (TorchNeuron's default); a relative path is refused naming the fix, before anything is written."""
+    if os.geteuid() != 0:
+        pytest.skip("the role writes a root-owned profile: run as root (CI does) to test it on this machine")
+    (tmp_path / "play.yml").write_text(PROFILE_PLAY)
+    profile, shared = tmp_path / "profile.d" / "neuron-torch.sh", tmp_path / "fsx dir" / "neff-cache"
+    profile.parent.mkdir()
+    env = {"ANSIBLE_ROLES_PATH": str(ANSIBLE / "roles")}
+
+    def converge(cache: str) -> subprocess.CompletedProcess[str]:
+        extra = {"neuron_runtime_profile": str(profile), "neuron_compile_cache_dir": cache}
+        (tmp_path / "extra.json").write_text(json.dumps(extra))
+        extra_file = f"@{tmp_path / 'extra.json'}"
+        argv = [tool("ansible-playbook"), "-i", "localhost,", tmp_path / "play.yml", "-e", extra_file]
+        return run(argv, cwd=ANSIBLE, env=env, timeout=300)
+
+    def login_shell_cache() -> str:
+        script = f'. "{profile}" && printf "%s|%s" "${{TORCH_NEURONX_NEFF_CACHE_DIR-unset}}" "$PATH"'
+        shell = subprocess.run(["bash", "-c", script], capture_output=True, text=True, check=True, env={"PATH": "/bin"})
+        cache, path = shell.stdout.split("|")
+        assert path.split(":")[:2] == ["/opt/neuron-torch/venv/bin", "/opt/aws/neuron/bin"]
+        return cache
+
+    result = converge("fsx-relative/neff")
+    assert result.returncode != 0 and not profile.exists()
+    message = "the compile cache folder fsx-relative/neff (neuron_compile_cache_dir) is not an absolute path: give"
+    assert message in " ".join(result.stdout.split())
+    assert converge(str(shared)).returncode == 0
+    assert login_shell_cache() == str(shared)  # quoted for the shell: the path has a space
+    assert shared.is_dir() and oct(shared.stat().st_mode & 0o7777) == "0o1777"
+    assert converge("").returncode == 0
+    assert login_shell_cache() == "unset" and "NEFF" not in profile.read_text()
+
+
 def _yaml(path: Path) -> Any:
     """A YAML file read by the Ansible controller's PyYAML (ansible-core requires it; .venv may lack it)."""
     script = "import json, sys, yaml; print(json.dumps(yaml.safe_load(open(sys.argv[1]))))"

@@ -286,6 +286,21 @@ def test_an_open_ssh_source_cidr_is_refused(matrix: Matrix, capfd: pytest.Captur
     assert validate(matrix, cell, extra=["-var", 'ssh_source_cidrs=["10.0.0.0/8"]']) == 0
 
 
+@needs_packer
+def test_the_shared_compile_cache_goes_to_the_playbook_and_must_be_absolute(
+    matrix: Matrix, capfd: pytest.CaptureFixture[str]
+) -> None:
+    """neuron_compile_cache_dir reaches the playbook under its own name (the neuron_runtime role's setting), and a
+    relative path is refused before any build."""
+    source = (REPO / "images" / "neuron-torch.pkr.hcl").read_text()
+    assert re.search(r"^\s+neuron_compile_cache_dir\s+= var.neuron_compile_cache_dir$", source, re.MULTILINE)
+    cell = matrix.release.default_cell
+    assert validate(matrix, cell, extra=["-var", "neuron_compile_cache_dir=fsx/neff"]) != 0
+    out = capfd.readouterr()
+    assert "The neuron_compile_cache_dir must be an absolute path" in " ".join((out.out + out.err).split())
+    assert validate(matrix, cell, extra=["-var", "neuron_compile_cache_dir=/fsx/neff"]) == 0
+
+
 def test_required_plugins_stay_out_of_the_template_folder() -> None:
     plugins = (REPO / "images" / "plugins" / "required-plugins.pkr.hcl").read_text()
     for plugin in ("amazon", "ansible", "docker"):

@@ -98,6 +98,56 @@ def test_blind_fallback_tracking_fails(sim_env: dict[str, str], tmp_path: Path, 
     assert "op tracking is blind" in fallback["failures"][0]
 
 
+COMPILE = "--stages=environment,device,model,compile"
+NO_GRAPH_HERE = (
+    "torch.compile(backend='neuron') compiled no graph and loaded none for stage 4's training step (the device's "
+    "compile counters): the backend ran it eagerly, op by op"
+)
+NO_GRAPH_FRESH = (
+    "torch.compile(backend='neuron') compiled no graph in a fresh process with an empty compile cache ({}: 0): the "
+    "backend ran the model eagerly, op by op"
+)
+
+
+@pytest.mark.parametrize(
+    ("inject", "failures"),
+    [
+        ("eager_graphs", [NO_GRAPH_HERE, NO_GRAPH_FRESH.format("the device's compile counters")]),
+        # As on the real torch_neuronx, which has no counters: the cache entries the compiled call adds tell
+        ("eager_graphs,no_cache_stats", [NO_GRAPH_FRESH.format("new entries under TORCH_NEURONX_NEFF_CACHE_DIR")]),
+    ],
+)
+def test_a_compile_backend_that_compiles_nothing_fails_compile(
+    inject: str, failures: list[str], sim_env: dict[str, str], cell_file: Path, tmp_path: Path, fverify: Verify
+) -> None:
+    """eager_graphs: the neuron backend runs every graph eagerly, op by op. The numbers are right and the NEFF cache
+    fills all the same (with eager kernels, which TorchNeuron's cache names as it names graphs): only the backend's
+    own counters, or the entries a compiled call adds after an eager run of the same forward, can tell."""
+    run = fverify({**sim_env, "NEURON_SIM_INJECT": inject}, "--cell-file", str(cell_file), COMPILE, tmp=tmp_path)
+    assert run.returncode == 1
+    assert run.stage("model")["status"] == "pass"
+    compiled = run.stage("compile")
+    assert compiled["status"] == "fail" and "NO GRAPH COMPILED" in compiled["summary"]
+    assert compiled["failures"] == failures
+    counted = None if "no_cache_stats" in inject else 0
+    assert (compiled["numbers"]["graphs_compiled"], compiled["numbers"]["graphs_loaded"]) == (counted, counted)
+    assert list((tmp_path / "neff-cache").rglob("*.neff")), "the eager kernels' entries: a file count would pass"
+
+
+def test_without_the_device_s_counters_a_healthy_compile_passes(
+    sim_env: dict[str, str], cell_file: Path, tmp_path: Path, fverify: Verify
+) -> None:
+    """no_cache_stats alone, as the real torch_neuronx: the fresh processes' graph entries prove the compile, the
+    node's own counts are unknown and the report says so."""
+    run = fverify({**sim_env, "NEURON_SIM_INJECT": "no_cache_stats"}, "--cell-file", str(cell_file), COMPILE,
+                  tmp=tmp_path)  # fmt: skip
+    assert run.returncode == 0, run.output
+    compiled = run.stage("compile")
+    assert compiled["numbers"]["cold_graphs_compiled"] == 1  # the probe's forward: one graph, beside the eager kernels
+    assert compiled["numbers"]["warm_cache_hit"] is True and compiled["numbers"]["graphs_compiled"] is None
+    assert any("reports no compile counters" in note for note in compiled["notes"])
+
+
 def test_host_execution_fails_the_throughput_floor(attention_fallback_at_host_speed: Run, clean_sim_run: Run) -> None:
     run = attention_fallback_at_host_speed
     assert run.returncode == 1

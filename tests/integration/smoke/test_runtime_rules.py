@@ -109,7 +109,12 @@ def test_first_use_compiles_once_and_a_second_process_loads_from_the_cache(
     assert misses >= 3 and int(c[2]) == 0  # ones, mm, relu, sum: compiled on first use
     assert float(c[4]) >= misses * 0.2  # each compile costs its latency (a lower bound; speed is for benchmarks)
     assert int(w[1]) == 0 and int(w[2]) == misses  # the new process loads every one from the cache
-    assert len(list((tmp_path / "neff-cache").glob("eager-*.neff"))) == misses
+    # TorchNeuron's layout (pre-release PersistentCacheBackend.cpp): <cache>/<k[0:2]>/<k[2:4]>/<k>.neff, 32 hex digits
+    entries = sorted((tmp_path / "neff-cache").rglob("*.neff"))
+    assert len(entries) == misses
+    for entry in entries:
+        key, shard = entry.stem, entry.relative_to(tmp_path / "neff-cache").parts
+        assert len(key) == 32 and int(key, 16) >= 0 and shard == (key[:2], key[2:4], f"{key}.neff")
 
 
 def test_fallback_compile_and_float64_rules(sim_env: dict[str, str], sim_python: SimPython) -> None:

@@ -83,7 +83,10 @@ def test_sim_neuron_passes_every_stage(clean_sim_run: Run) -> None:
     compiled = run.stage("compile")["numbers"]
     assert compiled["backend"] == "neuron"
     # Two fresh processes share an empty compile cache: the first compiles (stores), the second only loads.
-    assert compiled["cache_entries_stored"] > 0 and compiled["warm_cache_hit"] is True
+    assert compiled["cold_graphs_compiled"] > 0 and compiled["warm_cache_hit"] is True
+    assert compiled["warm_graphs_compiled"] == 0 and compiled["warm_graphs_loaded"] == compiled["cold_graphs_compiled"]
+    # This process: stage 4's step, forward and backward graphs, compiled into the run's own empty cache.
+    assert compiled["graphs_compiled"] == 2 and compiled["graphs_loaded"] == 0
     assert "cache hit" in run.stage("compile")["summary"]
     _assert_collectives(run, "fork")
 

@@ -32,8 +32,10 @@
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <functional>
+#include <iomanip>
 #include <mutex>
 #include <set>
 #include <sstream>
@@ -182,6 +184,18 @@ std::string signature(const std::string& name, const torch::jit::Stack& stack, s
   return key.str();
 }
 
+// Where the NEFF cache keeps an entry, in TorchNeuron's layout (pre-release PersistentCacheBackend.cpp,
+// GetShardedPath): <dir>/<k[0:2]>/<k[2:4]>/<k>.neff for a 32-hex-digit key hashed from the kernel's key and IR. Eager
+// kernels and torch.compile graphs share that one namespace: nothing in a file's name or place says which it is
+// (site/torch_neuronx/_compile.py stores graphs the same way).
+std::string neff_path(const std::string& key) {
+  std::ostringstream hex;
+  hex << std::hex << std::setfill('0') << std::setw(16) << std::hash<std::string>{}(key) << std::setw(16)
+      << std::hash<std::string>{}(key + "\n");
+  const std::string k = hex.str();
+  return g_rt.cache_dir + "/" + k.substr(0, 2) + "/" + k.substr(2, 2) + "/" + k + ".neff";
+}
+
 // Eager mode compiles each new (op, shapes, dtypes) on first use and keeps the result in the NEFF cache.
 void compile_on_first_use(const std::string& key) {
   {
@@ -191,9 +205,7 @@ void compile_on_first_use(const std::string& key) {
     }
     g_compiled.insert(key);
   }
-  std::ostringstream file;
-  file << g_rt.cache_dir << "/eager-" << std::hex << std::hash<std::string>{}(key) << ".neff";
-  const std::string path = file.str();
+  const std::string path = g_rt.cache_dir.empty() ? std::string() : neff_path(key);
   if (!g_rt.cache_dir.empty() && ::access(path.c_str(), R_OK) == 0) {
     g_cache_hits++;
     std::this_thread::sleep_for(std::chrono::microseconds(g_rt.load_us));
@@ -202,6 +214,8 @@ void compile_on_first_use(const std::string& key) {
   g_cache_misses++;
   std::this_thread::sleep_for(std::chrono::microseconds(g_rt.compile_us));
   if (!g_rt.cache_dir.empty()) {
+    std::error_code ignored;  // no folder: the write below fails and a later process compiles again
+    std::filesystem::create_directories(std::filesystem::path(path).parent_path(), ignored);
     const std::string tmp = path + ".tmp" + std::to_string(::getpid());
     std::ofstream(tmp) << key << "\n";
     std::rename(tmp.c_str(), path.c_str());

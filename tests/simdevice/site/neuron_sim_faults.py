@@ -14,6 +14,10 @@ sceptical platform team would try (issue 13); none makes the device kinder than 
 | blind_tracking| `get_fallback_ops()` and `get_executed_ops()` return nothing while ops run                    |
 | gil_hang      | `mm` never returns and holds the GIL (a C call made without releasing it)                    |
 | rank_hang     | rank 1's `all_reduce` never returns (the others wait for it)                                  |
+| eager_graphs  | the `neuron` torch.compile backend compiles nothing: each graph runs eagerly on the device,   |
+|               | op by op, so the cache holds only eager kernels and the backend's counters stay at zero       |
+| no_cache_stats| `torch_neuronx.compile_cache_stats()` (the twin's own counters) is absent, as in the real     |
+|               | torch_neuronx: only the NEFF cache's entries can tell a compiled graph                        |
 
 Python kernels bypass the device's op tracking: ops they replace are neither executed nor fallback ops.
 """
@@ -29,7 +33,16 @@ from typing import Any
 import neuron_sim_env
 import torch
 
-INJECTORS = ("bf16_addmm", "large_k", "fp32_as_bf16", "blind_tracking", "gil_hang", "rank_hang")
+INJECTORS = (
+    "bf16_addmm",
+    "large_k",
+    "fp32_as_bf16",
+    "blind_tracking",
+    "gil_hang",
+    "rank_hang",
+    "eager_graphs",
+    "no_cache_stats",
+)
 MATMUL_OPS = ("mm", "addmm", "bmm")
 LARGE_K = 2048
 WRONG_FACTOR = 1.1
@@ -56,6 +69,8 @@ def install_from_env() -> None:
         import torch.distributed as dist
 
         dist.all_reduce = _hang_forever  # type: ignore[assignment]
+    if "eager_graphs" in active:
+        _compile_nothing()
 
 
 def _inner_dim(op: str, args: tuple[Any, ...]) -> int:
@@ -96,3 +111,11 @@ def _hold_gil_forever() -> None:
 def _hang_forever(*args: object, **kwargs: object) -> None:
     while True:
         time.sleep(3600)
+
+
+def _compile_nothing() -> None:
+    """The backend's graphs run as traced, eagerly: what a backend that lowers nothing (or falls back silently) does.
+    torch_neuronx is still importing when this runs; its _compile module needs nothing of it."""
+    from torch_neuronx import _compile
+
+    _compile._compile_or_load = lambda graph, inputs: None

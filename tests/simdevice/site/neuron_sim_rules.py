@@ -146,6 +146,13 @@ def neff_cache_dir() -> str:
     return str(path)
 
 
+def neff_path(cache: str, key: str) -> Path:
+    """Where the NEFF cache keeps the entry of a 32-hex-digit key: TorchNeuron's layout (pre-release
+    PersistentCacheBackend.cpp, GetShardedPath), <cache>/<key[0:2]>/<key[2:4]>/<key>.neff, one namespace for eager
+    kernels and torch.compile graphs alike (csrc/neuron_sim.cpp's neff_path stores eager kernels so)."""
+    return Path(cache) / key[:2] / key[2:4] / f"{key}.neff"
+
+
 def op_list(env: str, default: tuple[str, ...]) -> list[str]:
     raw = os.environ.get(env)
     if raw is None:

@@ -1,6 +1,6 @@
-"""Unit tests of neuron_smoke.compile_probe: counting the compiled artifacts in the cache folder, and main's one
-JSON line (a tiny --model on the CPU, with torch.compile stood in by a wrapper that writes an artifact the way a
-cold compile does)."""
+"""Unit tests of neuron_smoke.compile_probe: counting the compiled artifacts in the cache folder, the device's graph
+counters, and main's one JSON line (a tiny --model on the CPU, with torch.compile stood in by a wrapper that writes an
+artifact the way a cold compile does, after an eager call that writes one the way an eager kernel's first use does)."""
 
 from __future__ import annotations
 
@@ -50,12 +50,32 @@ def test_main_times_the_first_call_and_counts_the_cache_around_it(
     monkeypatch.setenv(compile_probe.CACHE_ENV, str(cache))
     compiled: list[dict[str, Any]] = []
 
+    real_forward, real_load, events = torch.nn.Linear.forward, compile_probe.models.load, []
+
+    def load(name: str | None) -> Any:
+        spec = real_load(name)
+        events.clear()  # the factory's own checks ran the model: only the probe's calls count
+        return spec
+
+    monkeypatch.setattr(compile_probe.models, "load", load)
+
+    def eager_forward(self: torch.nn.Linear, x: torch.Tensor) -> torch.Tensor:
+        events.append("eager")  # an eager kernel compiled on first use: an entry of the cache
+        (cache / "ab" / "cd").mkdir(parents=True, exist_ok=True)
+        (cache / "ab" / "cd" / "abcd0000.neff").write_text("eager kernel")
+        return real_forward(self, x)
+
+    monkeypatch.setattr(torch.nn.Linear, "forward", eager_forward)
+
     def fake_compile(model: torch.nn.Module, **options: Any) -> Callable[..., torch.Tensor]:
         compiled.append(options)
+        events.append("compile")
 
         def call(*args: torch.Tensor) -> torch.Tensor:
-            (cache / f"graph-{len(list(cache.iterdir()))}.neff").write_text("compiled")
-            out: torch.Tensor = model(*args)
+            events.append("call")
+            (cache / f"{len(list(cache.rglob('*.neff')))}.neff").write_text("compiled graph")
+            with torch.no_grad():
+                out: torch.Tensor = real_forward(model, *args)  # type: ignore[arg-type]
             return out
 
         return call
@@ -66,7 +86,9 @@ def test_main_times_the_first_call_and_counts_the_cache_around_it(
     compile_probe.main()
     line = capsys.readouterr().out.strip()
     result = json.loads(line)
-    assert (result["entries_before"], result["entries_after"]) == (1, 2)
+    assert events == ["eager", "compile", "call"]  # the eager kernels into the cache before the count
+    assert (result["entries_before"], result["entries_after"]) == (2, 3)  # so only the graph's entry is new
+    assert (result["graphs_compiled"], result["graphs_loaded"]) == (None, None)  # the CPU has no device counters
     assert isinstance(result["first_call_s"], float) and result["first_call_s"] >= 0
     assert compiled == [{"backend": "my-backend", "dynamic": False}]
 
@@ -77,3 +99,9 @@ def test_main_needs_the_cache_folder(monkeypatch: pytest.MonkeyPatch, probe_mode
     monkeypatch.setattr(sys, "argv", ["compile_probe", "--device", "cpu", "--backend", "b", "--model", probe_model])
     with pytest.raises(KeyError, match=compile_probe.CACHE_ENV):
         compile_probe.main()
+
+
+def test_graph_counts_are_the_counters_difference_or_unknown() -> None:
+    before, after = {"compiles": 2, "hits": 1}, {"compiles": 5, "hits": 1}
+    assert compile_probe.graph_counts(before, after) == {"graphs_compiled": 3, "graphs_loaded": 0}
+    assert compile_probe.graph_counts(None, after) == {"graphs_compiled": None, "graphs_loaded": None}

@@ -102,34 +102,115 @@ def test_fresh_processes_without_a_free_core_are_not_measured(monkeypatch: pytes
     assert len(log.notes) == 1 and "not measured" in log.notes[0]
 
 
-@pytest.mark.parametrize(
-    ("cold_stored", "warm_added", "hit", "words"),
-    [(2, 0, True, "cache hit"), (2, 1, False, "cache MISSED"), (0, 0, None, "cache use unknown")],
-)
-def test_cold_and_warm_first_calls_tell_whether_the_cache_was_hit(
-    cold_stored: int, warm_added: int, hit: bool | None, words: str, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def _probe_answers(monkeypatch: pytest.MonkeyPatch, *answers: dict[str, Any]) -> list[dict[str, str]]:
     plan = cores.CorePlan(available=(0, 1, 2), process=(2,), ranks=(0, 1), user_restricted=False)
     monkeypatch.setattr(cores, "current", lambda: plan)
     envs: list[dict[str, str]] = []
-    answers = iter(
-        [
-            {"first_call_s": 9.0, "entries_before": 0, "entries_after": cold_stored},
-            {"first_call_s": 1.0, "entries_before": cold_stored, "entries_after": cold_stored + warm_added},
-        ]
-    )
+    replies = iter(answers)
 
-    def probe(ctx: Context, env: dict[str, str], backend: str) -> dict[str, float]:
+    def probe(ctx: Context, env: dict[str, str], backend: str) -> dict[str, Any]:
         envs.append(env)
-        return next(answers)
+        return next(replies)
 
     monkeypatch.setattr(stage_compile, "_probe", probe)
+    return envs
+
+
+def _entries(before: int, after: int, first_call_s: float, **counters: int) -> dict[str, Any]:
+    counts = {"graphs_compiled": None, "graphs_loaded": None, **counters}
+    return {"first_call_s": first_call_s, "entries_before": before, "entries_after": after, **counts}
+
+
+@pytest.mark.parametrize(
+    ("cold", "warm", "hit", "words"),
+    [
+        (_entries(3, 5, 9.0), _entries(5, 5, 1.0), True, "cache hit"),  # no counters: the graphs' new entries
+        (_entries(3, 5, 9.0), _entries(5, 6, 1.0), False, "cache MISSED"),
+        (_entries(3, 9, 9.0, graphs_compiled=2, graphs_loaded=0), _entries(9, 9, 1.0, graphs_compiled=0,
+                                                                            graphs_loaded=2), True, "cache hit"),
+        # counters win over entries: new eager kernels in the warm run are no graphs compiled again
+        (_entries(3, 9, 9.0, graphs_compiled=2, graphs_loaded=0), _entries(9, 11, 1.0, graphs_compiled=0,
+                                                                            graphs_loaded=2), True, "cache hit"),
+        (_entries(3, 9, 9.0, graphs_compiled=2, graphs_loaded=0), _entries(9, 9, 1.0, graphs_compiled=0,
+                                                                            graphs_loaded=0), False, "cache MISSED"),
+    ],
+)  # fmt: skip
+def test_cold_and_warm_first_calls_tell_whether_the_cache_was_hit(
+    cold: dict[str, Any], warm: dict[str, Any], hit: bool, words: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    envs = _probe_answers(monkeypatch, cold, warm)
     log = StageLog()
     words_out = stage_compile.fresh_process_first_calls(_neuron_ctx(), log, "neuron")
     assert words_out == f" (new process: cold 9.00s, warm 1.00s, {words})"
-    assert log.numbers["warm_cache_hit"] is hit and log.numbers["cache_entries_stored"] == cold_stored
+    assert log.numbers["warm_cache_hit"] is hit and log.numbers["cold_graphs_compiled"] == 2 and log.failures == []
     assert envs[0][cores.VISIBLE] == "0" and envs[0][CACHE_ENV] == envs[1][CACHE_ENV]  # a rank's core, one cache
     assert len(log.notes) == (0 if hit else 1)
+
+
+@pytest.mark.parametrize(
+    ("cold", "source"),
+    [
+        # eager kernels only (their entries came with the eager forward before the compiled call): no graph
+        (_entries(4, 4, 2.0), f"new entries under {CACHE_ENV}: 0"),
+        # counters at zero, whatever the entries: the eager kernels the graph ran op by op are no graphs
+        (_entries(4, 6, 2.0, graphs_compiled=0, graphs_loaded=0), "the device's compile counters: 0"),
+    ],
+)
+def test_a_backend_that_compiles_no_graph_in_a_fresh_process_fails(
+    cold: dict[str, Any], source: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    _probe_answers(monkeypatch, cold, _entries(6, 6, 2.0))
+    log = StageLog()
+    words = stage_compile.fresh_process_first_calls(_neuron_ctx(), log, "neuron")
+    assert words.endswith("NO GRAPH COMPILED)") and log.numbers["warm_cache_hit"] is None
+    assert log.failures == [
+        f"torch.compile(backend='neuron') compiled no graph in a fresh process with an empty compile cache ({source}):"
+        " the backend ran the model eagerly, op by op"
+    ]
+    _probe_answers(monkeypatch, cold, _entries(6, 6, 2.0))
+    other = StageLog()  # a backend of the user's (--compile-backend) need not compile for the device's cache
+    stage_compile.fresh_process_first_calls(_neuron_ctx(), other, "my-backend")
+    assert other.failures == [] and "whether it is reused is unknown" in other.notes[0]
+
+
+class _Device:
+    def __init__(self, stats: dict[str, int] | None) -> None:
+        self.stats = stats
+
+    def compile_cache_stats(self) -> dict[str, int] | None:
+        return self.stats
+
+
+def _device_ctx(monkeypatch: pytest.MonkeyPatch, stats: dict[str, int] | None) -> Context:
+    ctx = _neuron_ctx()
+    device = _Device(stats) if stats is not None else object()  # a module without counters
+    monkeypatch.setattr(type(ctx.backend), "import_module", lambda self: device)  # a frozen dataclass: its class
+    return ctx
+
+
+def test_the_node_s_graphs_come_from_the_device_s_counters(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(CACHE_ENV, "/fsx/neff")
+    log = StageLog()
+    stage_compile.node_graphs(_device_ctx(monkeypatch, {"compiles": 0, "hits": 2}), log, "neuron")
+    assert (log.numbers["graphs_compiled"], log.numbers["graphs_loaded"]) == (0, 2) and log.failures == []
+    assert log.numbers["compile_cache_dir"] == "/fsx/neff"
+    monkeypatch.delenv(CACHE_ENV)
+    unknown = StageLog()
+    stage_compile.node_graphs(_device_ctx(monkeypatch, None), unknown, "neuron")
+    assert (unknown.numbers["graphs_compiled"], unknown.numbers["compile_cache_dir"]) == (None, None)
+    assert unknown.failures == [] and "no compile counters" in unknown.notes[0]
+
+
+def test_a_step_compiled_with_no_graph_compiled_or_loaded_fails(monkeypatch: pytest.MonkeyPatch) -> None:
+    log = StageLog()
+    stage_compile.node_graphs(_device_ctx(monkeypatch, {"compiles": 0, "hits": 0}), log, "neuron")
+    assert log.failures == [
+        "torch.compile(backend='neuron') compiled no graph and loaded none for stage 4's training step (the device's "
+        "compile counters): the backend ran it eagerly, op by op"
+    ]
+    users = StageLog()  # --compile-backend of the user's: the device's counters need not move
+    stage_compile.node_graphs(_device_ctx(monkeypatch, {"compiles": 0, "hits": 0}), users, "eager")
+    assert users.failures == []
 
 
 def test_a_failing_probe_raises_with_its_output_tail(monkeypatch: pytest.MonkeyPatch) -> None:

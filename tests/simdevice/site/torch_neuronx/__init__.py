@@ -6,6 +6,7 @@ from __future__ import annotations
 import types
 
 import neuron_sim
+import neuron_sim_faults
 import torch
 
 __version__ = "2.13.3.0.0+sim"
@@ -44,7 +45,9 @@ def _device_module() -> types.ModuleType:
 torch._register_device_module("neuron", _device_module())
 
 from torch_neuronx import _autocast, _compile, _distributed  # noqa: E402  (they need the device registered first)
-from torch_neuronx._compile import compile_cache_stats  # noqa: E402, F401  (the twin's own: see _compile.py)
+
+if "no_cache_stats" not in neuron_sim_faults.selected():  # the injector: as the real torch_neuronx, without it
+    from torch_neuronx._compile import compile_cache_stats  # noqa: F401  (the twin's own: see _compile.py)
 
 _autocast.register()
 _compile.register()

@@ -11,7 +11,6 @@ import hashlib
 import os
 import time
 import warnings
-from pathlib import Path
 from typing import Any
 
 # Graphs compiled or loaded in this process: {"compiled": n, "loaded": n, "failed": n}.
@@ -47,7 +46,7 @@ def _compile_or_load(graph: Any, inputs: Any) -> None:
     signature = [graph.code, *(f"{getattr(x, 'dtype', '')}{list(getattr(x, 'shape', []))}" for x in inputs)]
     key = hashlib.sha256("\n".join(map(str, signature)).encode()).hexdigest()[:32]
     cache = rules.neff_cache_dir()
-    neff = Path(cache) / f"graph-{key}.neff" if cache else None
+    neff = rules.neff_path(cache, key) if cache else None
     if neff is not None and neff.is_file():
         STATS["loaded"] += 1
         time.sleep(rules.ms_env("NEURON_SIM_CACHE_LOAD_MS", rules.CACHE_LOAD_MS_DEFAULT) * 10 / 1e6)
@@ -55,6 +54,7 @@ def _compile_or_load(graph: Any, inputs: Any) -> None:
     STATS["compiled"] += 1
     time.sleep(rules.ms_env("NEURON_SIM_GRAPH_COMPILE_MS", rules.GRAPH_COMPILE_MS_DEFAULT) / 1e6)
     if neff is not None:
+        neff.parent.mkdir(parents=True, exist_ok=True)
         tmp = neff.with_suffix(f".tmp{os.getpid()}")
         tmp.write_text(graph.code)
         tmp.replace(neff)
