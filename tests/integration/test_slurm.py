@@ -17,6 +17,7 @@ import shutil
 import subprocess
 import sys
 import time
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -25,10 +26,10 @@ import pytest
 from tests import REPO_ROOT
 
 sys.path.insert(0, str(REPO_ROOT / "smoke_tests"))
+from tests.integration.smoke.conftest import processes_tagged
 from tests.testbed import slurm  # (it reads nodes with neuron_smoke.slurm_health's parser, on that path)
 
-HEALTHCHECK = REPO_ROOT / "scripts" / "slurm" / "neuron-healthcheck"
-SBATCH = REPO_ROOT / "scripts" / "slurm" / "verify-cluster.sbatch"
+HEALTHCHECK = slurm.HEALTHCHECK
 NODES = 4
 FI_INFO = shutil.which("fi_info")
 WHY_NOT = slurm.usable() or ("" if FI_INFO else "fi_info not on PATH: install Debian's libfabric-bin")
@@ -43,33 +44,13 @@ def folder(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture(scope="module")
 def settings(folder: Path) -> dict[str, str]:
-    """verify-device's settings on every node: the health check reads them from /etc/default/neuron-healthcheck, the
-    job from sbatch's environment."""
-    from neuron_torch.matrix import load_matrix
-    from neuron_torch.render import instance_facts
-
-    facts = folder / "test-release-facts.json"
-    facts.write_text(json.dumps(instance_facts(load_matrix(REPO_ROOT / "constraints" / "test-matrix.toml"))))
-    return {
-        "NEURON_TORCH_PYTHON": sys.executable,
-        "NEURON_SMOKE_DEVICE": "cpu",
-        "NEURON_SMOKE_IMDS": "0",
-        "NEURON_SMOKE_INSTANCE_FACTS": str(facts),
-        "NEURON_SMOKE_DEFAULT_CELL_FILE": str(folder / "no-cell.json"),
-        "NEURON_SMOKE_DEV_GLOB": str(folder / "no-dev" / "neuron*"),
-    }
+    return slurm.twin_settings(folder)
 
 
 @pytest.fixture(scope="module")
 def cluster(folder: Path, settings: dict[str, str]) -> Iterator[slurm.Cluster]:
-    conf = {
-        "HealthCheckProgram": str(HEALTHCHECK),
-        "HealthCheckInterval": "3600",  # slurmd runs it as it starts; the test reruns it as slurmd does
-        "HealthCheckNodeState": "ANY",
-    }
-    defaults = {"neuron-healthcheck": "".join(f"{k}={v}\n" for k, v in settings.items())}
     start = time.monotonic()
-    with slurm.cluster(folder / "cluster", NODES, conf, defaults) as running:
+    with slurm.twin_cluster(folder / "cluster", NODES, settings) as running:
         print(f"cluster up, every node's health check passed: {time.monotonic() - start:.1f}s")
         yield running
 
@@ -82,21 +63,15 @@ def no_provider(folder: Path) -> Path:
     return script
 
 
-def submit(cluster: slurm.Cluster, settings: dict[str, str], folder: Path, name: str) -> tuple[slurm.Job, str, Path]:
-    """`sbatch -N 4 verify-cluster.sbatch`, waited for: (the ended job, its output, the reports' folder)."""
+def submit(
+    cluster: slurm.Cluster, settings: dict[str, str], folder: Path, name: str, **extra: str
+) -> tuple[slurm.Job, str, Path]:
+    """`sbatch -N 4 verify-cluster.sbatch`, waited for, EXTRA added to its environment: (the ended job, its output,
+    the reports' folder)."""
     reports = folder / f"reports-{name}"
-    env = {
-        **cluster.env,
-        **settings,
-        "NEURON_TORCH_CLUSTER_DIR": str(reports),
-        "NEURON_TORCH_VERIFY_DEVICE": str(REPO_ROOT / "scripts" / "verify-device.sh"),
-        "NEURON_TORCH_CLI": str(Path(sys.executable).parent / "neuron-torch"),
-        "NEURON_TORCH_CLUSTER_STAGES": "environment,device,fabric,consistency,allreduce",
-    }
     out = folder / f"job-{name}.out"
-    argv = ["-N", str(NODES), f"--output={out}", f"--chdir={folder}", str(SBATCH), "--allreduce-max-bytes", "65536"]
     start = time.monotonic()
-    job = cluster.run_job(argv, env, JOB_TIMEOUT)
+    job = slurm.run_verify_cluster(cluster, settings, NODES, out, reports, JOB_TIMEOUT, **extra)
     print(f"job {name}: {job.state}, exit {job.exit_code} in {time.monotonic() - start:.1f}s")
     text = out.read_text() if out.exists() else ""
     print(text)
@@ -104,19 +79,11 @@ def submit(cluster: slurm.Cluster, settings: dict[str, str], folder: Path, name:
 
 
 def healthcheck(cluster: slurm.Cluster, *names: str) -> dict[str, subprocess.CompletedProcess[str]]:
-    """The health check on each node in turn, as slurmd runs it: alone, in the node, with SLURMD_NODENAME only (one
-    at a time, as each node runs its own on its own CPUs: four at once on two cores would be a slower machine)."""
+    """The health check on each node in turn, as slurmd runs it (slurm.run_healthcheck)."""
     done = {}
     for name in names:
         start = time.monotonic()
-        done[name] = subprocess.run(
-            ["nsenter", "-t", str(cluster.pids[name]), "-u", "-m", "--", str(HEALTHCHECK)],
-            env={"SLURMD_NODENAME": name},
-            capture_output=True,
-            text=True,
-            timeout=120,
-            check=False,
-        )
+        done[name] = slurm.run_healthcheck(cluster, name)
         took = time.monotonic() - start
         print(f"---- health check {name}: exit {done[name].returncode} in {took:.1f}s\n{done[name].stderr[-1500:]}")
     return done
@@ -169,6 +136,42 @@ def test_a_node_drained_by_hand_is_never_resumed_by_the_check(cluster: slurm.Clu
         assert node.drained and node.reason == "replacing a DIMM"
     finally:
         cluster.command("scontrol", "update", "NodeName=n2", "State=RESUME")
+
+
+def test_a_node_that_dies_mid_job_fails_the_job_named_and_leaves_nothing_running(
+    cluster: slurm.Cluster, settings: dict[str, str], folder: Path
+) -> None:
+    """n3's verify-device SIGKILLs itself at its first all_reduce (test_cluster.py's die_in_allreduce, on its rank 2):
+    the job's PYTHONPATH holds an empty folder, and in n3 alone a folder whose sitecustomize turns the injector on is
+    bound over it. The job fails with n3 named, the others pass, and no process of the job is left on any node."""
+    empty, dying = folder / "node-site", folder / "die-site"
+    empty.mkdir()
+    dying.mkdir()
+    injector = REPO_ROOT / "tests" / "integration" / "smoke" / "cluster_site" / "sitecustomize.py"
+    (dying / "sitecustomize.py").write_text(
+        "import os, runpy\nos.environ['NEURON_CLUSTER_INJECT'] = 'die_in_allreduce'\n"
+        f"runpy.run_path({str(injector)!r})\n"
+    )
+    tag = f"NEURON_SMOKE_TEST_TAG_{uuid.uuid4().hex}"
+    cluster.inject("n3", dying, str(empty))
+    try:
+        stages = "device,fabric,consistency,allreduce"
+        extra = {"PYTHONPATH": str(empty), "NEURON_TORCH_CLUSTER_STAGES": stages, tag: "1"}
+        job, output, reports = submit(cluster, settings, folder, "dies", **extra)
+    finally:
+        cluster.heal("n3", str(empty))
+    assert (job.state, job.exit_code) == ("FAILED", 1)
+    assert re.search(r"^2 +n3 +FAIL ", output, re.M) and "srun: error: n3: task 2: Killed" in output
+    table = json.loads((reports / "cluster-report.json").read_text())
+    assert [(n["host"], n["verdict"]) for n in table["nodes"]] == [
+        ("n1", "PASS"),
+        ("n2", "PASS"),
+        ("n3", "FAIL"),
+        ("n4", "PASS"),
+    ]
+    assert table["nodes"][2]["stages"]["allreduce"] == "hung"
+    assert processes_tagged(tag) == []
+    assert not any(cluster.node(n).drained for n in cluster.nodes)  # a lost process is not a sick node
 
 
 def test_as_the_prolog_a_failing_node_is_drained_before_the_job_runs(

@@ -18,20 +18,25 @@ here runs cgroup v1, which Slurm's cgroup plugins would need delegated).
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import secrets
 import shutil
 import socket
 import subprocess
+import sys
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from neuron_smoke.slurm_health import Node, parse_node
 
+ROOT = Path(__file__).resolve().parents[2]
+HEALTHCHECK = ROOT / "scripts" / "slurm" / "neuron-healthcheck"
+SBATCH = ROOT / "scripts" / "slurm" / "verify-cluster.sbatch"
 DAEMONS = ("slurmctld", "slurmd", "munged", "unshare", "nsenter")
 ADDRESS = "127.0.27.{}"  # node i (1-based) at .(i+1); slurmctld at .1
 START_TIMEOUT_S = 60.0
@@ -312,3 +317,64 @@ def cluster(
         yield run
     finally:
         run.stop()
+
+
+# --- neuron-torch on the cluster: the health check and the cluster check job, as the tests and the bench run them ---
+
+
+def twin_settings(folder: Path) -> dict[str, str]:
+    """verify-device's settings on every node (--device cpu, the test release's fabric facts, no cell, no device
+    files): the health check reads them from /etc/default/neuron-healthcheck, the job from sbatch's environment."""
+    from neuron_torch.matrix import load_matrix
+    from neuron_torch.render import instance_facts
+
+    facts = folder / "test-release-facts.json"
+    facts.write_text(json.dumps(instance_facts(load_matrix(ROOT / "constraints" / "test-matrix.toml"))))
+    return {
+        "NEURON_TORCH_PYTHON": sys.executable,
+        "NEURON_SMOKE_DEVICE": "cpu",
+        "NEURON_SMOKE_IMDS": "0",
+        "NEURON_SMOKE_INSTANCE_FACTS": str(facts),
+        "NEURON_SMOKE_DEFAULT_CELL_FILE": str(folder / "no-cell.json"),
+        "NEURON_SMOKE_DEV_GLOB": str(folder / "no-dev" / "neuron*"),
+    }
+
+
+def twin_cluster(folder: Path, nodes: int, settings: Mapping[str, str]) -> AbstractContextManager[Cluster]:
+    """A cluster whose HealthCheckProgram is neuron-healthcheck (slurmd runs it as each node starts), its settings
+    in every node's /etc/default/neuron-healthcheck."""
+    conf = {
+        "HealthCheckProgram": str(HEALTHCHECK),
+        "HealthCheckInterval": "3600",  # the tests rerun it as slurmd does (run_healthcheck)
+        "HealthCheckNodeState": "ANY",
+    }
+    return cluster(folder, nodes, conf, {"neuron-healthcheck": "".join(f"{k}={v}\n" for k, v in settings.items())})
+
+
+def run_healthcheck(running: Cluster, name: str) -> subprocess.CompletedProcess[str]:
+    """neuron-healthcheck as slurmd runs it: alone, in node NAME's namespaces, with SLURMD_NODENAME only."""
+    return subprocess.run(
+        ["nsenter", "-t", str(running.pids[name]), "-u", "-m", "--", str(HEALTHCHECK)],
+        env={"SLURMD_NODENAME": name},
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+
+
+def run_verify_cluster(
+    running: Cluster, settings: Mapping[str, str], nodes: int, out: Path, reports: Path, timeout: float, **extra: str
+) -> Job:
+    """`sbatch -N NODES verify-cluster.sbatch`, output to OUT, the reports into REPORTS, EXTRA in its environment."""
+    env = {
+        **running.env,
+        **settings,
+        "NEURON_TORCH_CLUSTER_DIR": str(reports),
+        "NEURON_TORCH_VERIFY_DEVICE": str(ROOT / "scripts" / "verify-device.sh"),
+        "NEURON_TORCH_CLI": str(Path(sys.executable).parent / "neuron-torch"),
+        "NEURON_TORCH_CLUSTER_STAGES": "environment,device,fabric,consistency,allreduce",
+        **extra,
+    }
+    argv = ["-N", str(nodes), f"--output={out}", f"--chdir={out.parent}", str(SBATCH), "--allreduce-max-bytes", "65536"]
+    return running.run_job(argv, env, timeout)
