@@ -4,6 +4,7 @@
 set -euo pipefail
 
 packages=(docker.io mmdebstrap gnupg dpkg-dev apt-utils shellcheck uidmap packer libfabric-bin)
+packages+=(slurm-wlm munge)  # tests/testbed/slurm.py: a real Slurm cluster (slurmctld, slurmd, munged)
 log=/tmp/dockerd.log
 
 missing=()

@@ -27,6 +27,7 @@ CHECKOUT_PATHS = {
     "key_check": "src/neuron_torch/aptkey.sh",  # the one apt key fingerprint check (image, bundle, neuron_repo)
     "smoke_tests": "smoke_tests",  # verify-device's stages, copied to hosts by neuron_verify
     "verify_script": "scripts/verify-device.sh",
+    "slurm_scripts": "scripts/slurm",  # the Slurm health check and cluster check job (docs/slurm.md)
     "state": ".neuron-torch",  # the controller's reports and fleet summaries
 }
 

@@ -1,0 +1,177 @@
+"""The Slurm node health check: verify-device's fast node stages, then drain the node that fails them, and resume
+the node that passes again, but only one that this check drained.
+
+`python -m neuron_smoke.slurm_health` (run by scripts/slurm/neuron-healthcheck, Slurm's HealthCheckProgram and
+Prolog) runs `verify-device --stages environment,device,fabric` as a one-node cluster run (so that the fabric stage
+checks the release's libfabric provider), reads its report, reads the node with `scontrol show node -o`, and runs
+at most one `scontrol update`:
+
+- the check failed, the node is not drained: drain it, Reason="neuron-torch: <stage>: <first failure>";
+- the check failed, the node is drained already: leave it (an operator's reason is never overwritten);
+- the check passed, the node is drained with a reason starting "neuron-torch:": resume it;
+- the check passed, the node is drained with any other reason (an operator's): leave it drained.
+
+Exit 0 when the node passed, 1 when it failed (a Prolog that exits non-zero makes Slurm requeue the job onto other
+nodes), 2 on bad usage. Torch-free, standard library only: any python3 on the node runs it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import socket
+import subprocess
+import sys
+import tempfile
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+PREFIX = "neuron-torch:"
+STAGES = ("environment", "device", "fabric")
+# Slurm stores a reason whole, and `sinfo -R` shows its first 20 characters: keep it one short line.
+MAX_REASON = 120
+EXIT_PASS, EXIT_FAIL, EXIT_USAGE = 0, 1, 2
+# slurmd kills a HealthCheckProgram still running after 60 s (Slurm 22.05, not configurable), before it could drain
+# anything: verify-device gets 50 s, so that a node whose check hangs is drained saying so.
+VERIFY_TIMEOUT_S = 50.0
+STAGE_TIMEOUT_S = 40
+
+
+@dataclass(frozen=True)
+class Node:
+    name: str
+    states: frozenset[str]  # State's flags: IDLE+DRAIN is {"IDLE", "DRAIN"}
+    reason: str  # without Slurm's trailing " [user@time]"; "" when none
+
+    @property
+    def drained(self) -> bool:
+        return "DRAIN" in self.states
+
+    @property
+    def ours(self) -> bool:
+        """Drained by this check (its reason starts with the prefix), not by an operator."""
+        return self.drained and self.reason.startswith(PREFIX)
+
+
+@dataclass(frozen=True)
+class Action:
+    argv: tuple[str, ...]  # the scontrol command to run; () for none
+    says: str  # one line for the log
+
+
+def parse_show(text: str) -> dict[str, str]:
+    """The KEY=VALUE fields of one `scontrol show node -o` line. A value runs to the next ` KEY=`: Reason holds
+    spaces (and may hold '='), and it is the last field scontrol prints when set, so it runs to the line's end."""
+    fields: dict[str, str] = {}
+    key = None
+    for word in text.strip().split(" "):
+        name, eq, value = word.partition("=")
+        if key != "Reason" and eq and name.isidentifier():
+            key = name
+            fields[key] = value
+        elif key is not None:
+            fields[key] += " " + word
+    return fields
+
+
+def parse_node(text: str) -> Node:
+    fields = parse_show(text)
+    if "NodeName" not in fields or "State" not in fields:
+        raise ValueError(f"not a `scontrol show node -o` line: {text.strip()[:80]!r}")
+    reason = fields.get("Reason", "").strip()
+    if reason.endswith("]") and " [" in reason:  # "text [root@2026-12-02T15:58:44]"
+        reason = reason[: reason.rindex(" [")]
+    return Node(fields["NodeName"], frozenset(fields["State"].split("+")), reason)
+
+
+def failure(report: dict[str, Any] | None, exit_code: int, error: str = "") -> tuple[str, str] | None:
+    """(stage, message) of the first failed stage, in the run's order; None when the check passed. Without a failed
+    stage (verify-device could not start, or stopped), the stage is "verify-device" and the message its last error."""
+    if report is not None:
+        for stage in report.get("stages", []):
+            if stage.get("status") == "fail":
+                failures = stage.get("failures") or [stage.get("summary") or "failed"]
+                return str(stage["name"]), str(failures[0])
+    if exit_code == 0 and report is not None:
+        return None
+    return "verify-device", error or f"exit {exit_code} without a failed stage"
+
+
+def reason(stage: str, message: str) -> str:
+    """`neuron-torch: <stage>: <message>` on one line, at most MAX_REASON characters."""
+    text = " ".join(f"{PREFIX} {stage}: {message}".split())
+    return text if len(text) <= MAX_REASON else text[: MAX_REASON - 3].rstrip() + "..."
+
+
+def decide(node: Node, failed: tuple[str, str] | None, scontrol: str = "scontrol") -> Action:
+    update = (scontrol, "update", f"NodeName={node.name}")
+    if failed is not None:
+        why = reason(*failed)
+        if node.drained:
+            return Action((), f"{node.name}: failed ({why}); drained already ({node.reason or 'no reason'}): left")
+        return Action((*update, "State=DRAIN", f"Reason={why}"), f"{node.name}: failed; drained: {why}")
+    if node.ours:
+        return Action((*update, "State=RESUME"), f"{node.name}: passed; resumed (was {node.reason})")
+    if node.drained:
+        return Action((), f"{node.name}: passed; drained by someone else ({node.reason or 'no reason'}): left")
+    return Action((), f"{node.name}: passed")
+
+
+def run_check(verify: Sequence[str], folder: Path) -> tuple[dict[str, Any] | None, int, str]:
+    """verify-device's node stages as a one-node cluster run: (its report or None, its exit code, its last error
+    line). Its output passes through to this check's (Slurm's log of the prolog, or nothing)."""
+    report = folder / "report.json"
+    argv = [*verify, "--stages", ",".join(STAGES), "--timeout", str(STAGE_TIMEOUT_S), "--report", str(report)]
+    argv += ["--nnodes", "1", "--node-rank", "0", "--master", "127.0.0.1"]
+    try:
+        proc = subprocess.run(argv, timeout=VERIFY_TIMEOUT_S, capture_output=True, text=True, check=False)
+    except subprocess.TimeoutExpired:
+        return None, 124, f"did not finish in {VERIFY_TIMEOUT_S:g}s"
+    except OSError as error:
+        return None, 127, f"{error.strerror}: {argv[0]}"
+    sys.stderr.write(proc.stdout + proc.stderr)
+    errors = [line for line in proc.stderr.splitlines() if line.strip()]
+    last = errors[-1].removeprefix("verify-device: error: ") if errors else ""
+    try:
+        return json.loads(report.read_text()), proc.returncode, last
+    except (OSError, ValueError):
+        return None, proc.returncode, last
+
+
+def read_node(name: str, scontrol: str) -> Node:
+    proc = subprocess.run(
+        [scontrol, "show", "node", "-o", name], capture_output=True, text=True, timeout=60, check=False
+    )
+    if proc.returncode != 0:
+        raise RuntimeError(f"`{scontrol} show node -o {name}` exit {proc.returncode}: {proc.stderr.strip()}")
+    return parse_node(proc.stdout)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="neuron-healthcheck", description=__doc__.split("\n\n")[0])
+    p.add_argument("--node", help="the Slurm node name (default: $SLURMD_NODENAME, else the short hostname)")
+    p.add_argument("--verify-device", default="verify-device", help="the verify-device command (verify-device)")
+    p.add_argument("--scontrol", default="scontrol", help="the scontrol command (scontrol)")
+    args = p.parse_args(argv)
+    node_name = args.node or os.environ.get("SLURMD_NODENAME") or socket.gethostname().split(".")[0]
+    with tempfile.TemporaryDirectory(prefix="neuron-healthcheck.") as folder:
+        report, code, error = run_check(args.verify_device.split(), Path(folder))
+    failed = failure(report, code, error)
+    try:
+        action = decide(read_node(node_name, args.scontrol), failed, args.scontrol)
+        if action.argv:
+            proc = subprocess.run(action.argv, capture_output=True, text=True, timeout=60, check=False)
+            if proc.returncode != 0:
+                raise RuntimeError(f"`{' '.join(action.argv[:4])}` exit {proc.returncode}: {proc.stderr.strip()}")
+    except (RuntimeError, ValueError, OSError, subprocess.TimeoutExpired) as error:
+        print(f"neuron-healthcheck: error: {node_name}: {error}", file=sys.stderr)
+        return EXIT_FAIL
+    print(f"neuron-healthcheck: {action.says}", file=sys.stderr)
+    return EXIT_PASS if failed is None else EXIT_FAIL
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,147 @@
+"""neuron_smoke.slurm_health: scontrol's node line parsed, the drain/resume decision, the reason, the command built;
+and main() end to end against stand-in verify-device and scontrol programs (the real daemons: test_slurm.py)."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+from neuron_smoke.slurm_health import MAX_REASON, Node, decide, failure, main, parse_node, reason
+
+# Lines as Slurm 22.05's `scontrol show node -o` prints them (taken from the test bed's cluster, shortened).
+IDLE = (
+    "NodeName=n1 Arch=x86_64 CoresPerSocket=1  CPUAlloc=0 CPUEfctv=1 CPUTot=1 CPULoad=2.19 "
+    "AvailableFeatures=(null) ActiveFeatures=(null) Gres=(null) NodeAddr=127.0.27.2 NodeHostName=n1 Port=54471 "
+    "Version=22.05.8 OS=Linux 6.18.44 #1 SMP PREEMPT_DYNAMIC @0  RealMemory=1 State=IDLE ThreadsPerCore=1 "
+    "Partitions=main  CfgTRES=cpu=1,mem=1M,billing=1 AllocTRES= CapWatts=n/a ExtSensorsTemp=n/s\n"
+)
+OURS = IDLE.replace("n1", "n2").replace("State=IDLE", "State=IDLE+DRAIN").rstrip("\n") + (
+    " Reason=neuron-torch: fabric: `fi_info -p tcp` lists no tcp provider (fi_getinfo: -61) "
+    "[root@2026-12-02T15:58:44]\n"
+)
+BY_HAND = IDLE.replace("State=IDLE", "State=DOWN+DRAIN").rstrip("\n") + " Reason=swap DIMM B2 [ops@2026-12-01T09:00:00]"
+
+
+def test_a_node_line_parsed() -> None:
+    node = parse_node(IDLE)
+    assert node == Node("n1", frozenset({"IDLE"}), "")
+    assert not node.drained and not node.ours
+
+
+def test_a_drained_node_keeps_its_whole_reason_without_slurms_stamp() -> None:
+    node = parse_node(OURS)
+    assert node.name == "n2" and node.states == {"IDLE", "DRAIN"} and node.drained and node.ours
+    assert node.reason == "neuron-torch: fabric: `fi_info -p tcp` lists no tcp provider (fi_getinfo: -61)"
+    hand = parse_node(BY_HAND)
+    assert hand.reason == "swap DIMM B2" and hand.drained and not hand.ours
+
+
+def test_a_reason_holding_key_value_text_is_not_split() -> None:
+    node = parse_node(IDLE.rstrip("\n") + " State=IDLE+DRAIN Reason=neuron-torch: environment: torch=2.13.1 x=1")
+    assert node.reason == "neuron-torch: environment: torch=2.13.1 x=1"
+
+
+def test_text_that_is_not_a_node_line_is_refused() -> None:
+    with pytest.raises(ValueError, match="not a `scontrol show node -o` line"):
+        parse_node("Node n9 not found\n")
+
+
+def test_the_reason_is_one_short_line_with_the_prefix_and_the_stage() -> None:
+    assert reason("fabric", "no provider\n  (exit 61)") == "neuron-torch: fabric: no provider (exit 61)"
+    long = reason("environment", "x" * 500)
+    assert len(long) == MAX_REASON and long.startswith("neuron-torch: environment: x") and long.endswith("...")
+
+
+def test_the_first_failed_stage_is_named() -> None:
+    report = {
+        "stages": [
+            {"name": "environment", "status": "pass", "failures": []},
+            {"name": "device", "status": "fail", "failures": ["no /dev/neuron* files", "second"]},
+            {"name": "fabric", "status": "fail", "failures": ["later"]},
+        ]
+    }
+    assert failure(report, 1) == ("device", "no /dev/neuron* files")
+    assert failure({"stages": [{"name": "device", "status": "pass"}]}, 0) is None
+    assert failure(None, 2, "Python not found: /opt/neuron-torch/venv/bin/python") == (
+        "verify-device",
+        "Python not found: /opt/neuron-torch/venv/bin/python",
+    )
+    assert failure({"stages": []}, 3) == ("verify-device", "exit 3 without a failed stage")
+
+
+def test_a_failing_node_is_drained_with_the_reason() -> None:
+    action = decide(parse_node(IDLE), ("fabric", "no tcp provider"))
+    assert action.argv == (
+        "scontrol",
+        "update",
+        "NodeName=n1",
+        "State=DRAIN",
+        "Reason=neuron-torch: fabric: no tcp provider",
+    )
+
+
+def test_a_failing_node_drained_already_is_left_with_its_reason() -> None:
+    assert decide(parse_node(BY_HAND), ("fabric", "no tcp provider")).argv == ()
+    assert decide(parse_node(OURS), ("device", "other")).argv == ()
+
+
+def test_a_passing_node_is_resumed_only_from_this_checks_drain() -> None:
+    assert decide(parse_node(OURS), None, "/usr/bin/scontrol").argv == (
+        "/usr/bin/scontrol",
+        "update",
+        "NodeName=n2",
+        "State=RESUME",
+    )
+    hand = decide(parse_node(BY_HAND), None)
+    assert hand.argv == () and "drained by someone else (swap DIMM B2)" in hand.says
+    assert decide(parse_node(IDLE), None).argv == ()
+
+
+def stand_ins(tmp_path: Path, node_line: str, stages: list[dict[str, object]], code: int) -> tuple[Path, Path, Path]:
+    """A verify-device that writes --report with STAGES and exits CODE; an scontrol that prints NODE_LINE for show
+    and logs each update's arguments to a file."""
+    log = tmp_path / "updates.log"
+    verify = tmp_path / "verify-device"
+    verify.write_text(
+        f"#!{sys.executable}\nimport json, sys\nargs = sys.argv\n"
+        f"open(args[args.index('--report') + 1], 'w').write(json.dumps({{'stages': {stages!r}}}))\n"
+        f"assert args[args.index('--stages') + 1] == 'environment,device,fabric' and '--nnodes' in args\n"
+        f"sys.exit({code})\n"
+    )
+    scontrol = tmp_path / "scontrol"
+    scontrol.write_text(
+        f"#!/bin/sh\nif [ \"$1\" = show ]; then printf '%s\\n' {json.dumps(node_line.strip())}; exit 0; fi\n"
+        f"printf '%s|' \"$@\" >> {log}\n"
+    )
+    verify.chmod(0o755)
+    scontrol.chmod(0o755)
+    return verify, scontrol, log
+
+
+def test_main_drains_the_failing_node_and_exits_1(tmp_path: Path) -> None:
+    failed = [{"name": "fabric", "status": "fail", "failures": ["no tcp provider"]}]
+    verify, scontrol, log = stand_ins(tmp_path, IDLE, failed, 1)
+    assert main(["--node", "n1", "--verify-device", str(verify), "--scontrol", str(scontrol)]) == 1
+    assert log.read_text() == "update|NodeName=n1|State=DRAIN|Reason=neuron-torch: fabric: no tcp provider|"
+
+
+def test_main_resumes_its_own_drain_and_exits_0(tmp_path: Path) -> None:
+    verify, scontrol, log = stand_ins(tmp_path, OURS, [{"name": "fabric", "status": "pass"}], 0)
+    assert main(["--node", "n2", "--verify-device", str(verify), "--scontrol", str(scontrol)]) == 0
+    assert log.read_text() == "update|NodeName=n2|State=RESUME|"
+
+
+def test_main_drains_a_node_whose_verify_device_cannot_run(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    _, scontrol, log = stand_ins(tmp_path, IDLE, [], 0)
+    assert main(["--node", "n1", "--verify-device", str(tmp_path / "absent"), "--scontrol", str(scontrol)]) == 1
+    assert log.read_text().startswith("update|NodeName=n1|State=DRAIN|Reason=neuron-torch: verify-device: ")
+    assert "No such file or directory" in log.read_text()
+
+
+def test_main_says_so_when_scontrol_fails(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    verify, _, _ = stand_ins(tmp_path, IDLE, [], 0)
+    assert main(["--node", "n1", "--verify-device", str(verify), "--scontrol", str(tmp_path / "none")]) == 1
+    assert capsys.readouterr().err.strip().splitlines()[-1].startswith("neuron-healthcheck: error: n1: ")
