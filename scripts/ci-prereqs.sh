@@ -4,6 +4,7 @@
 set -euo pipefail
 
 packages=(docker.io mmdebstrap gnupg dpkg-dev apt-utils shellcheck uidmap packer libfabric-bin)
+packages+=(docker-registry skopeo apache2-utils openssl) # the release tests' registry (tests/testbed/registry.py)
 log=/tmp/dockerd.log
 
 missing=()
