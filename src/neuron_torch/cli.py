@@ -116,6 +116,21 @@ def add_build(sub: Subparsers) -> None:
     p.set_defaults(handler=commands.cmd_build_ami)
 
 
+def add_publish(sub: Subparsers) -> None:
+    p = sub.add_parser("publish", help="push a cell's built image to a registry and record its digest (publish image)")
+    what = p.add_subparsers(dest="artifact", required=True, metavar="ARTIFACT")
+    p = what.add_parser(
+        "image", help="push neuron-torch:CELL as RELEASE-CELL-SHA (immutable), CELL and latest (moving)"
+    )
+    p.add_argument("--cell", required=True, help="cell id")
+    p.add_argument("--registry", required=True, metavar="REG[/PATH]", help="e.g. registry.example.com/ml")
+    p.add_argument("--record", type=Path, metavar="FILE", help="write the digest record here "
+                   "(default: build/publish/TAG.json)")  # fmt: skip
+    p.add_argument("--allow-dirty", action="store_true", help="publish from a checkout with uncommitted changes "
+                   "(the immutable tag ends in -dirty)")  # fmt: skip
+    p.set_defaults(handler=commands.cmd_publish_image)
+
+
 def add_bundle(sub: Subparsers) -> None:
     """`neuron-torch bundle --cell ID --out DIR [--mirror FILE] [--host]`: an offline bundle of one cell."""
     p = sub.add_parser("bundle", help="an offline bundle of one cell: wheels, apt packages, checksums, manifest")
@@ -158,6 +173,7 @@ COMMANDS: tuple[Callable[[Subparsers], None], ...] = (
     add_lock,
     add_check,
     add_build,
+    add_publish,
     add_bundle,
     add_manifest,
     add_render,

@@ -254,6 +254,18 @@ def cmd_build_image(args: argparse.Namespace, matrix: Matrix) -> int:
     return EXIT_OK
 
 
+def cmd_publish_image(args: argparse.Namespace, matrix: Matrix) -> int:
+    from neuron_torch.cellinfo import relative
+    from neuron_torch.publish import publish_image
+
+    cell = matrix.cell(args.cell)
+    publication, record = publish_image(matrix, cell, args.registry, record=args.record, allow_dirty=args.allow_dirty)
+    for tag in [publication.immutable_tag, *publication.moving_tags]:
+        print(f"pushed {publication.repository}:{tag}")
+    print(f"digest {publication.digest}\nreference {publication.reference}\nrecord {relative(record, matrix)}")
+    return EXIT_OK
+
+
 def _parse_index(value: str) -> tuple[str, str]:
     from neuron_torch.urls import check_url
 
