@@ -81,7 +81,8 @@ def dpkg_packages() -> list[tuple[str, str, str]]:
     fields = "${db:Status-Abbrev}\t${Package}\t${Version}\t${Architecture}\n"
     out = subprocess.run(["dpkg-query", "-W", "-f", fields], capture_output=True, text=True, check=True).stdout
     rows = [line.split("\t") for line in out.splitlines()]
-    return sorted((name, version, arch) for status, name, version, arch in rows if status.startswith("ii"))
+    # The second letter is the package's state: i, installed (a held package, "hi", is installed too).
+    return sorted((name, version, arch) for status, name, version, arch in rows if status[1:2] == "i")
 
 
 def os_release() -> dict[str, str]:

@@ -38,7 +38,7 @@ def test_the_image_carries_its_bill_of_materials_and_the_label_names_it(image: B
     assert (
         torch["purl"] == "pkg:pypi/torch@2.13.0%2Bcpu" and torch["properties"][0]["name"] == "neuron-torch:lock-sha256"
     )
-    installed = {tuple(line.split()[1:]) for line in dpkg.splitlines() if line.startswith("ii")}
+    installed = {tuple(line.split()[1:]) for line in dpkg.splitlines() if line[1:2] == "i"}
     assert {(c["name"], c["version"]) for c in json.loads(apt)["components"]} == installed
 
     info = json.loads(info_text)

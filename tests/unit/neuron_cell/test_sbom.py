@@ -67,7 +67,7 @@ def test_the_venv_sbom_is_what_pip_lists_with_hashes(written: tuple[Path, str]) 
 def test_the_apt_sbom_is_what_dpkg_lists(written: tuple[Path, str]) -> None:
     out = subprocess.run(["dpkg-query", "-W", "-f", "${db:Status-Abbrev} ${Package} ${Version}\n"],
                          capture_output=True, text=True, check=True).stdout  # fmt: skip
-    expected = {tuple(line.split()[1:]) for line in out.splitlines() if line.startswith("ii")}
+    expected = {tuple(line.split()[1:]) for line in out.splitlines() if line[1:2] == "i"}
     components = json.loads((written[0] / "sbom-apt.cdx.json").read_text())["components"]
     assert {(c["name"], c["version"]) for c in components} == expected
     assert all(c["purl"].startswith("pkg:deb/") and "?arch=" in c["purl"] for c in components)
@@ -111,3 +111,11 @@ def test_a_missing_cell_record_is_one_line_exit_2(tmp_path: Path, capsys: pytest
     assert sbom.main(["--out", str(tmp_path / "out"), "--cell-record", str(tmp_path / "none.json")]) == 2
     error = capsys.readouterr().err.strip()
     assert "none.json" in error and len(error.splitlines()) == 1 and not (tmp_path / "out").exists()
+
+
+def test_held_packages_are_installed_packages(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The Ansible roles hold the Neuron packages (dpkg's "hi"): they are listed; removed ones ("rc") are not."""
+    listed = "ii\tbash\t5.2\tamd64\nhi\taws-neuronx-runtime-lib\t2.35.30.0\tamd64\nrc\told\t1.0\tamd64\n"
+    answer = subprocess.CompletedProcess(args=[], returncode=0, stdout=listed)
+    monkeypatch.setattr(sbom.subprocess, "run", lambda *args, **kwargs: answer)
+    assert sbom.dpkg_packages() == [("aws-neuronx-runtime-lib", "2.35.30.0", "amd64"), ("bash", "5.2", "amd64")]
