@@ -26,6 +26,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from neuron_cell.boundary import quote
+from neuron_torch.bom import LABEL as BOM_LABEL
 from neuron_torch.build import IMAGE, docker_binary
 from neuron_torch.buildargs import DOCKER_TAG
 from neuron_torch.errors import EXIT_FAILED, NeuronTorchError
@@ -51,6 +52,7 @@ class Publication:
     revision: str
     image: str
     image_id: str
+    bom: str | None
     repository: str
     digest: str
     reference: str
@@ -106,8 +108,9 @@ def release_tags(matrix: Matrix, cell: Cell, revision: str) -> tuple[str, list[s
     return f"{matrix.release.name}-{cell.id}-{revision}", moving
 
 
-def local_image(docker: str, matrix: Matrix, cell: Cell) -> str:
-    """The built image's id; refused when there is none, or it is another release's or cell's image."""
+def local_image(docker: str, matrix: Matrix, cell: Cell) -> tuple[str, str | None]:
+    """The built image's id and its bill of materials' label (neuron_torch.bom); refused when there is no image, or
+    it is another release's or cell's image."""
     tag = f"{IMAGE}:{cell.id}"
     inspected = subprocess.run(
         [docker, "image", "inspect", "--format", "{{.Id}} {{json .Config.Labels}}", tag],
@@ -126,7 +129,7 @@ def local_image(docker: str, matrix: Matrix, cell: Cell) -> str:
             f"{tag} was built for release {built[0]}, cell {built[1]}, not {matrix.release.name}, {cell.id}: "
             f"rebuild it with {build}"
         )
-    return image_id
+    return image_id, labels.get(BOM_LABEL)
 
 
 def check_reachable(repository: str, timeout: float = 10) -> None:
@@ -256,7 +259,7 @@ def publish_image(
     path = record or default_record(matrix, immutable)
     check_output_file(path, "--record")
     docker = docker_binary()
-    image_id = local_image(docker, matrix, cell)
+    image_id, bom = local_image(docker, matrix, cell)
     check_reachable(repository)
     source = f"{IMAGE}:{cell.id}"
     digest = push(source, image_id, repository, immutable, moving)
@@ -267,6 +270,7 @@ def publish_image(
         revision=revision,
         image=source,
         image_id=image_id,
+        bom=bom,
         repository=repository,
         digest=digest,
         reference=f"{repository}@{digest}",

@@ -96,6 +96,8 @@ def test_publish_pushes_the_tags_and_the_digest_pulls_back_the_same_image(
     immutable = f"{image.matrix.release.name}-{CELL}-{expected_revision()}"
     assert record["repository"] == repository and record["immutable_tag"] == immutable
     assert record["moving_tags"] == [CELL, "latest"], "the test release's default cell also moves latest"
+    label = docker("image", "inspect", "--format", '{{index .Config.Labels "io.neuron-torch.bom"}}', image.tag)
+    assert record["bom"] == label.stdout.strip() and record["bom"].startswith("sha256:")
     digest = record["digest"]
     assert f"digest {digest}" in out and f"pushed {repository}:{immutable}" in out
     for tag in (immutable, CELL, "latest"):

@@ -23,7 +23,8 @@ from neuron_torch.publish import git_revision, push_failure, registry_repository
 DIGEST = "sha256:" + "ab" * 32
 FAKE_DOCKER = """#!/bin/sh
 [ "$FAKE_IMAGE" = none ] && { echo "Error: No such image: $5" >&2; exit 1; }
-echo "sha256:1234 {\\"io.neuron-torch.release\\":\\"$FAKE_RELEASE\\",\\"io.neuron-torch.cell\\":\\"$FAKE_CELL\\"}"
+labels="\\"io.neuron-torch.release\\":\\"$FAKE_RELEASE\\",\\"io.neuron-torch.cell\\":\\"$FAKE_CELL\\""
+echo "sha256:1234 {$labels,\\"io.neuron-torch.bom\\":\\"sha256:b0\\"}"
 """
 # skopeo copy [options] --digestfile FILE [--authfile FILE] SOURCE DESTINATION
 FAKE_SKOPEO = """#!/usr/bin/env python3
@@ -176,7 +177,8 @@ def test_publish_pushes_the_immutable_tag_first_and_records_the_digest(
     ], "the immutable tag first, from the engine; the moving tags point at its manifest"
     data = json.loads(record.read_text())
     assert data["digest"] == DIGEST and data["reference"] == f"{repository}@{DIGEST}"
-    assert data["image_id"] == "sha256:1234" and data["revision"] == sha and data["moving_tags"] == [cell, "latest"]
+    assert data["image_id"] == "sha256:1234" and data["bom"] == "sha256:b0" and data["revision"] == sha
+    assert data["moving_tags"] == [cell, "latest"]
     assert f"digest {DIGEST}" in capsys.readouterr().out
 
 
