@@ -113,6 +113,8 @@ def add_build(sub: Subparsers) -> None:
         "--var", action="append", default=[], metavar="NAME=VALUE",
         help="a Packer variable, e.g. region=eu-west-1 or subnet_id=subnet-0abc (repeatable)",
     )  # fmt: skip
+    p.add_argument("--dry-run", action="store_true", help="print the AMI's name, tags, deprecation time, SSM "
+                   "parameters and sharing (as Packer evaluates the templates) and build nothing")  # fmt: skip
     p.set_defaults(handler=commands.cmd_build_ami)
 
 

@@ -295,6 +295,11 @@ def cmd_build_ami(args: argparse.Namespace, matrix: Matrix) -> int:
         if not sep or not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", name):
             raise NeuronTorchError(f"--var takes NAME=VALUE (e.g. region=eu-west-1), not {quote(value)}")
         extra.append(f"-var={value}")
+    if args.dry_run:
+        from neuron_torch.packer import describe, identity
+
+        print(describe(identity(matrix, matrix.cell(args.cell), packer=args.packer, extra=extra, lock=args.lock)))
+        return EXIT_OK
     return build_ami(matrix, args.cell, only=args.only, packer=args.packer, extra=extra, lock=args.lock)
 
 
