@@ -130,7 +130,19 @@ def add_publish(sub: Subparsers) -> None:
                    "(default: build/publish/TAG.json)")  # fmt: skip
     p.add_argument("--allow-dirty", action="store_true", help="publish from a checkout with uncommitted changes "
                    "(the immutable tag ends in -dirty)")  # fmt: skip
+    p.add_argument("--sign-by", metavar="FINGERPRINT", help="sign each tag with this GPG key (simple signing)")
+    p.add_argument("--registries-d", type=Path, metavar="DIR", help="registries.d folder naming where signatures "
+                   "go (default: skopeo's, /etc/containers/registries.d)")  # fmt: skip
     p.set_defaults(handler=commands.cmd_publish_image)
+
+
+def add_verify_image(sub: Subparsers) -> None:
+    p = sub.add_parser("verify-image", help="pull an image as a signature policy allows: its signature and digest")
+    p.add_argument("reference", metavar="REF", help="e.g. registry.example.com/ml/neuron-torch@sha256:...")
+    p.add_argument("--policy", type=Path, required=True, help="the containers-policy.json to enforce")
+    p.add_argument("--registries-d", type=Path, metavar="DIR", help="registries.d folder naming where signatures "
+                   "are read (default: skopeo's)")  # fmt: skip
+    p.set_defaults(matrix_free=commands.cmd_verify_image)  # reads no release
 
 
 def add_bundle(sub: Subparsers) -> None:
@@ -176,6 +188,7 @@ COMMANDS: tuple[Callable[[Subparsers], None], ...] = (
     add_check,
     add_build,
     add_publish,
+    add_verify_image,
     add_bundle,
     add_manifest,
     add_render,

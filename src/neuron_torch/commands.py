@@ -259,10 +259,22 @@ def cmd_publish_image(args: argparse.Namespace, matrix: Matrix) -> int:
     from neuron_torch.publish import publish_image
 
     cell = matrix.cell(args.cell)
-    publication, record = publish_image(matrix, cell, args.registry, record=args.record, allow_dirty=args.allow_dirty)
+    publication, record = publish_image(
+        matrix, cell, args.registry, record=args.record, allow_dirty=args.allow_dirty, sign_by=args.sign_by,
+        registries_d=args.registries_d,
+    )  # fmt: skip
     for tag in [publication.immutable_tag, *publication.moving_tags]:
         print(f"pushed {publication.repository}:{tag}")
     print(f"digest {publication.digest}\nreference {publication.reference}\nrecord {relative(record, matrix)}")
+    return EXIT_OK
+
+
+def cmd_verify_image(args: argparse.Namespace) -> int:
+    from neuron_torch.verify_image import verify_image
+
+    verified = verify_image(args.reference, args.policy, args.registries_d)
+    print(f"verified {args.reference}: the signature {args.policy} requires, digest {verified.digest}")
+    print(f"bill of materials: {verified.bom or 'none (no io.neuron-torch.bom label)'}")
     return EXIT_OK
 
 

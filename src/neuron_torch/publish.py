@@ -53,6 +53,7 @@ class Publication:
     image: str
     image_id: str
     bom: str | None
+    signed_by: str | None
     repository: str
     digest: str
     reference: str
@@ -222,7 +223,9 @@ def copy(skopeo: str, source: str, destination: str, *options: str) -> str:
     return digest
 
 
-def push(source: str, image_id: str, repository: str, immutable: str, moving: list[str]) -> str:
+def push(
+    source: str, image_id: str, repository: str, immutable: str, moving: list[str], signing: tuple[str, ...] = ()
+) -> str:
     """Push the local image as repository:immutable (layers gzip level 1: a 1 GB venv layer compresses several
     times faster than at docker's level 6, and any client pulls it), then point each moving tag at that manifest
     (a registry-side copy: no layer moves); the digest. An immutable tag is never moved: one that names another
@@ -237,9 +240,16 @@ def push(source: str, image_id: str, repository: str, immutable: str, moving: li
             EXIT_FAILED,
         )
     compression = ["--dest-compress-format", "gzip", "--dest-compress-level", "1"]
-    digest = found[1] if found else copy(skopeo, f"docker-daemon:{source}", f"docker://{target}", *compression)
-    for tag in moving:
-        moved = copy(skopeo, f"docker://{repository}@{digest}", f"docker://{repository}:{tag}", "--preserve-digests")
+    if found is None:
+        digest = copy(skopeo, f"docker-daemon:{source}", f"docker://{target}", *compression, *signing)
+    else:
+        digest = found[1]
+        if signing:  # a signature for the published image, under its immutable tag's identity
+            copy(skopeo, f"docker://{repository}@{digest}", f"docker://{target}", "--preserve-digests", *signing)
+    for tag in moving:  # each tag signed for its own identity: a signature of another tag does not pass a policy
+        moved = copy(
+            skopeo, f"docker://{repository}@{digest}", f"docker://{repository}:{tag}", "--preserve-digests", *signing
+        )
         if moved != digest:  # one image, one manifest: a registry that rewrites it is named
             raise NeuronTorchError(f"{repository}:{tag} got digest {moved}, not {digest}", EXIT_FAILED)
     return digest
@@ -249,11 +259,34 @@ def default_record(matrix: Matrix, immutable_tag: str) -> Path:
     return matrix.root / "build" / "publish" / f"{immutable_tag}.json"
 
 
+def signing_options(sign_by: str | None, registries_d: Path | None) -> tuple[str, ...]:
+    """skopeo's options that sign each pushed tag (containers-image simple signing with this GPG key), its
+    signatures written where the registries.d configuration says (`lookaside-staging`)."""
+    if sign_by is None:
+        return ()
+    if not re.fullmatch(r"[0-9A-Fa-f]{16,40}", sign_by):
+        raise NeuronTorchError(
+            f"--sign-by {quote(sign_by)} is not a GPG key fingerprint: give the key's 40 hex digits "
+            "(`gpg --list-secret-keys --with-colons`, its fpr line)"
+        )
+    if registries_d is not None and not registries_d.is_dir():
+        raise NeuronTorchError(f"--registries-d {registries_d} is not a folder of registries.d YAML files")
+    return ("--sign-by", sign_by, *(("--registries.d", str(registries_d)) if registries_d else ()))
+
+
 def publish_image(
-    matrix: Matrix, cell: Cell, registry: str, *, record: Path | None = None, allow_dirty: bool = False
+    matrix: Matrix,
+    cell: Cell,
+    registry: str,
+    *,
+    record: Path | None = None,
+    allow_dirty: bool = False,
+    sign_by: str | None = None,
+    registries_d: Path | None = None,
 ) -> tuple[Publication, Path]:
     """Push the cell's image under its tags (the immutable one first) and write the record; (record, its path)."""
     repository = registry_repository(registry)
+    signing = signing_options(sign_by, registries_d)
     revision = git_revision(matrix.root, allow_dirty)
     immutable, moving = release_tags(matrix, cell, revision)
     path = record or default_record(matrix, immutable)
@@ -262,7 +295,7 @@ def publish_image(
     image_id, bom = local_image(docker, matrix, cell)
     check_reachable(repository)
     source = f"{IMAGE}:{cell.id}"
-    digest = push(source, image_id, repository, immutable, moving)
+    digest = push(source, image_id, repository, immutable, moving, signing)
     publication = Publication(
         schema=RECORD_SCHEMA,
         cell=cell.id,
@@ -271,6 +304,7 @@ def publish_image(
         image=source,
         image_id=image_id,
         bom=bom,
+        signed_by=sign_by,
         repository=repository,
         digest=digest,
         reference=f"{repository}@{digest}",

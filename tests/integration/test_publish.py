@@ -144,3 +144,72 @@ def test_refused_credentials_and_an_unreachable_registry_are_one_line_each(
     assert publish(tmp_path, anonymous, "--registry", "127.0.0.1:1/ml", "--record", str(record)) == 1
     error = capsys.readouterr().err.strip()
     assert "registry 127.0.0.1:1 is unreachable (Connection refused)" in error and len(error.splitlines()) == 1
+
+
+def make_key(home: Path, name: str) -> tuple[str, Path]:
+    """A throwaway GPG signing key in `home`: its fingerprint and its public key (binary, as policy.json reads)."""
+    home.mkdir(mode=0o700, parents=True, exist_ok=True)
+    env = {**os.environ, "GNUPGHOME": str(home)}
+    gpg = ["gpg", "--batch", "--quiet", "--passphrase", "", "--pinentry-mode", "loopback"]
+    subprocess.run([*gpg, "--quick-gen-key", f"{name} <{name}@test.invalid>", "ed25519", "sign", "1d"],
+                   env=env, check=True, capture_output=True, timeout=60)  # fmt: skip
+    listed = subprocess.run(["gpg", "--list-keys", "--with-colons"], env=env, capture_output=True, text=True).stdout
+    fingerprint = next(line.split(":")[9] for line in listed.splitlines() if line.startswith("fpr:"))
+    public = home / "public.gpg"
+    public.write_bytes(subprocess.run(["gpg", "--export", fingerprint], env=env, capture_output=True).stdout)
+    return fingerprint, public
+
+
+def policy(path: Path, host: str, key: Path) -> Path:
+    rule = {"type": "signedBy", "keyType": "GPGKeys", "keyPath": str(key)}
+    path.write_text(json.dumps({"default": [{"type": "reject"}], "transports": {"docker": {host: [rule]}}}))
+    return path
+
+
+def test_signed_tags_verify_and_a_wrong_key_an_unsigned_image_and_a_moved_tag_are_refused(
+    image: BuiltImage,  # noqa: F811
+    registry: testbed_registry.Registry,
+    logged_in: Path,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    fingerprint, public = make_key(tmp_path / "gnupg", "release")
+    _, other = make_key(tmp_path / "other-gnupg", "other")
+    monkeypatch.setenv("GNUPGHOME", str(tmp_path / "gnupg"))
+    monkeypatch.setenv("DOCKER_CONFIG", str(logged_in))
+    signatures = tmp_path / "signatures"
+    registries_d = tmp_path / "registries.d"
+    registries_d.mkdir()
+    (registries_d / "test.yaml").write_text(
+        f"docker:\n  {registry.host}:\n    sigstore: file://{signatures}\n    sigstore-staging: file://{signatures}\n"
+    )
+    try:
+        argv = ["--matrix", str(TEST_MATRIX), "publish", "image", "--cell", CELL, "--allow-dirty"]
+        record = tmp_path / "record.json"
+        assert main([*argv, "--registry", f"{registry.host}/{PATH}", "--record", str(record),
+                     "--sign-by", fingerprint, "--registries-d", str(registries_d)]) == 0  # fmt: skip
+        published = json.loads(record.read_text())
+        assert published["signed_by"] == fingerprint
+        repository, digest = published["repository"], published["digest"]
+        capsys.readouterr()
+        good = policy(tmp_path / "good.json", registry.host, public)
+        verify = ["verify-image", "--registries-d", str(registries_d), "--policy"]
+        assert main([*verify, str(good), f"{repository}@{digest}"]) == 0
+        out = capsys.readouterr().out
+        assert f"digest {digest}" in out and f"bill of materials: {published['bom']}" in out
+
+        # A moved tag (the same manifest under a tag nobody signed) and an unsigned image are refused, quickly.
+        creds = f"{registry.user}:{registry.password}"
+        for target in (f"{repository}:moved", f"{registry.host}/unsigned/neuron-torch:{CELL}"):
+            subprocess.run(["skopeo", "copy", "--quiet", "--src-creds", creds, "--dest-creds", creds,
+                            f"docker://{repository}@{digest}", f"docker://{target}"], check=True)  # fmt: skip
+            assert main([*verify, str(good), target]) == 1
+            error = capsys.readouterr().err
+            assert f"{target} is refused by {good}: " in error and len(error.strip().splitlines()) == 1, error
+        assert main([*verify, str(policy(tmp_path / "other.json", registry.host, other)), f"{repository}:{CELL}"]) == 1
+        assert "is refused by" in capsys.readouterr().err
+    finally:
+        for home in ("gnupg", "other-gnupg"):
+            env = {**os.environ, "GNUPGHOME": str(tmp_path / home)}
+            subprocess.run(["gpgconf", "--kill", "gpg-agent"], env=env, check=False, capture_output=True)

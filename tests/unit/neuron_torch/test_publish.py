@@ -18,7 +18,7 @@ import pytest
 from neuron_torch.cli import main
 from neuron_torch.errors import NeuronTorchError
 from neuron_torch.matrix import Matrix
-from neuron_torch.publish import git_revision, push_failure, registry_repository, release_tags
+from neuron_torch.publish import git_revision, push_failure, registry_repository, release_tags, signing_options
 
 DIGEST = "sha256:" + "ab" * 32
 FAKE_DOCKER = """#!/bin/sh
@@ -246,3 +246,13 @@ def test_an_unknown_cell_and_an_unreachable_registry_are_refused(
     assert main([*argv, "--cell", committed.release.default_cell, "--record", str(tmp_path / "r.json")]) == 1
     error = capsys.readouterr().err
     assert "registry 127.0.0.1:1 is unreachable" in error and not (tmp_path / "r.json").exists()
+
+
+def test_signing_takes_a_fingerprint_and_a_registries_d_folder(tmp_path: Path) -> None:
+    fingerprint = "89028D16B2A201329C5732376EE6FFB984330729"
+    assert signing_options(None, None) == ()
+    assert signing_options(fingerprint, tmp_path) == ("--sign-by", fingerprint, "--registries.d", str(tmp_path))
+    with pytest.raises(NeuronTorchError, match="is not a GPG key fingerprint"):
+        signing_options("release@example.com", None)
+    with pytest.raises(NeuronTorchError, match=r"is not a folder of registries\.d YAML files"):
+        signing_options(fingerprint, tmp_path / "none")
