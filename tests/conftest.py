@@ -65,7 +65,7 @@ SECONDS = {
     "tests/integration/test_molecule.py": 720,
     "tests/integration/test_packer.py": 639,
     "smoke-clean-run": 502,
-    "image": 412,
+    "image": 437,
     "tests/integration/test_quickstart.py": 143,
     "tests/integration/smoke/test_evaluate.py": 136,
     "tests/integration/test_ansible.py": 114,

@@ -274,7 +274,11 @@ def cmd_verify_image(args: argparse.Namespace) -> int:
 
     verified = verify_image(args.reference, args.policy, args.registries_d)
     print(f"verified {args.reference}: the signature {args.policy} requires, digest {verified.digest}")
-    print(f"bill of materials: {verified.bom or 'none (no io.neuron-torch.bom label)'}")
+    if verified.packages is None:
+        print("bill of materials: none (no io.neuron-torch.bom label)")
+    else:
+        pip, apt = verified.packages["pip"], verified.packages["apt"]
+        print(f"bill of materials: {verified.bom}, its SBOMs list the image's {pip} pip and {apt} apt packages")
     return EXIT_OK
 
 

@@ -197,7 +197,7 @@ def test_signed_tags_verify_and_a_wrong_key_an_unsigned_image_and_a_moved_tag_ar
         verify = ["verify-image", "--registries-d", str(registries_d), "--policy"]
         assert main([*verify, str(good), f"{repository}@{digest}"]) == 0
         out = capsys.readouterr().out
-        assert f"digest {digest}" in out and f"bill of materials: {published['bom']}" in out
+        assert f"digest {digest}" in out and f"bill of materials: {published['bom']}, its SBOMs list the image's" in out
 
         # A moved tag (the same manifest under a tag nobody signed) and an unsigned image are refused, quickly.
         creds = f"{registry.user}:{registry.password}"
