@@ -159,6 +159,10 @@ COPY scripts/verify-device.sh /opt/neuron-torch/scripts/verify-device.sh
 RUN ln -s /opt/neuron-torch/scripts/verify-device.sh /usr/local/bin/verify-device
 COPY src/neuron_cell /opt/neuron-torch/lib/neuron_cell
 COPY smoke_tests /opt/neuron-torch/smoke_tests
+# The bill of materials, from what is installed: CycloneDX SBOMs of the venv and of the apt packages, version-info.json
+# and their SHA256SUMS in /etc/neuron-torch/bom (neuron_cell.sbom, the generator the Packer builds run too).
+# `neuron-torch build image` then labels the image io.neuron-torch.bom with the sha256 of SHA256SUMS.
+RUN PYTHONPATH=/opt/neuron-torch/lib /opt/neuron-torch/venv/bin/python -m neuron_cell.sbom --out /etc/neuron-torch/bom
 USER 1000:1000
 WORKDIR /home/neuron
 ENTRYPOINT ["/usr/local/bin/neuron-torch-entrypoint"]

@@ -38,6 +38,8 @@ source "amazon-ebs" "ubuntu" {
   imds_support                              = "v2.0"
   temporary_security_group_source_public_ip = length(var.ssh_source_cidrs) == 0
   ami_org_arns                              = var.ami_org_arns
+  # Deprecated deprecate_after (two years by default) after the build, as AWS deprecates its public AMIs.
+  deprecate_at = local.deprecate_at
   # END packer>=1.7
 
   launch_block_device_mappings {

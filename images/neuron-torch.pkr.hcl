@@ -18,8 +18,16 @@ locals {
   lock_path = abspath("${var.repo_root}/${local.lock_file}")
 
   build_dir = "${var.repo_root}/${var.build_dir}/${var.cell_id}"
-  timestamp = formatdate("YYYYMMDDhhmmss", timestamp())
-  ami_name  = "${var.ami_name_prefix}-${var.cell_id}-${local.cell.release}-${local.timestamp}"
+  # The release identity of an AMI: neuron-torch-<release>-<cell>-<YYYYMMDD>[-N], deprecated deprecate_after later,
+  # found through SSM at <prefix>/<release>/<cell>/image_id (the newest) and .../recommended/image_id.
+  built_at     = timestamp()
+  ami_name     = "${var.ami_name_prefix}-${local.cell.release}-${var.cell_id}-${formatdate("YYYYMMDD", local.built_at)}${var.ami_build_number > 1 ? "-${var.ami_build_number}" : ""}"
+  deprecate_at = timeadd(local.built_at, var.deprecate_after)
+  ssm_path     = "${var.ssm_parameter_prefix}/${local.cell.release}/${var.cell_id}"
+  ssm_parameters = concat(
+    ["${local.ssm_path}/image_id"],
+    var.ssm_recommend ? ["${local.ssm_path}/recommended/image_id"] : [],
+  )
   labels = merge(
     {
       "neuron-torch.cell"       = var.cell_id
@@ -33,12 +41,14 @@ locals {
   )
   tags = merge(
     {
-      Name                      = local.ami_name
-      "neuron-torch:cell"       = var.cell_id
-      "neuron-torch:release"    = local.cell.release
-      "neuron-torch:os"         = local.cell.os
-      "neuron-torch:python"     = local.cell.python
-      "neuron-torch:source-ami" = var.source_ami_name
+      Name                       = local.ami_name
+      "neuron-torch:cell"        = var.cell_id
+      "neuron-torch:release"     = local.cell.release
+      "neuron-torch:os"          = local.cell.os
+      "neuron-torch:python"      = local.cell.python
+      "neuron-torch:source-ami"  = var.source_ami_name
+      "neuron-torch:git-sha"     = var.git_sha
+      "neuron-torch:lock-sha256" = var.lock_sha256
     },
     { for name, version in local.pins : "neuron-torch:pin:${name}" => version },
     { for name, version in local.apt_pins : "neuron-torch:apt:${name}" => version },
@@ -130,16 +140,36 @@ build {
     ]
   }
 
-  # What is installed, as data: /etc/neuron-torch/version-info.json, kept as a build artifact below.
+  # What is installed, as data: the bill of materials in /etc/neuron-torch/bom (version-info.json, the CycloneDX
+  # SBOMs of the venv and the apt packages, SHA256SUMS), by the generator the image build runs; each file is kept as
+  # a build artifact below (the docker communicator downloads files, not folders).
   provisioner "shell" {
-    script          = "${var.repo_root}/images/scripts/version-info.sh"
+    script          = "${var.repo_root}/images/scripts/bom.sh"
     execute_command = "chmod +x {{ .Path }}; ${local.as_root[source.type]}{{ .Vars }} {{ .Path }}"
   }
 
   provisioner "file" {
     direction   = "download"
-    source      = "/etc/neuron-torch/version-info.json"
+    source      = "/etc/neuron-torch/bom/version-info.json"
     destination = "${local.build_dir}/version-info.json"
+  }
+
+  provisioner "file" {
+    direction   = "download"
+    source      = "/etc/neuron-torch/bom/sbom-venv.cdx.json"
+    destination = "${local.build_dir}/sbom-venv.cdx.json"
+  }
+
+  provisioner "file" {
+    direction   = "download"
+    source      = "/etc/neuron-torch/bom/sbom-apt.cdx.json"
+    destination = "${local.build_dir}/sbom-apt.cdx.json"
+  }
+
+  provisioner "file" {
+    direction   = "download"
+    source      = "/etc/neuron-torch/bom/SHA256SUMS"
+    destination = "${local.build_dir}/SHA256SUMS"
   }
 
   # The shared testinfra suite against the build instance over SSH, host-key checking on: the instance's host key,
@@ -210,9 +240,24 @@ build {
     output     = "${local.build_dir}/manifest.json"
     strip_path = true
     custom_data = {
-      cell         = var.cell_id
-      release      = local.cell.release
-      version_info = "${var.build_dir}/${var.cell_id}/version-info.json"
+      cell           = var.cell_id
+      release        = local.cell.release
+      version_info   = "${var.build_dir}/${var.cell_id}/version-info.json"
+      ami_name       = local.ami_name
+      deprecate_at   = local.deprecate_at
+      ssm_parameters = join(" ", local.ssm_parameters)
     }
+  }
+
+  # The SSM parameters (after the manifest, which holds the AMI id of each region): written when ssm_publish is
+  # true, printed otherwise.
+  post-processor "shell-local" {
+    only = ["amazon-ebs.ubuntu"]
+    environment_vars = [
+      "MANIFEST=${local.build_dir}/manifest.json",
+      "SSM_PARAMETERS=${join(" ", local.ssm_parameters)}",
+      "SSM_PUBLISH=${var.ssm_publish}",
+    ]
+    script = "${var.repo_root}/images/scripts/ssm-publish.sh"
   }
 }

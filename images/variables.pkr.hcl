@@ -73,9 +73,62 @@ variable "root_volume_size_gb" {
   }
 }
 
+# ---- Release identity: the AMI's name, tags, deprecation and SSM parameters (`neuron-torch build ami --dry-run`) ----
 variable "ami_name_prefix" {
   type    = string
   default = "neuron-torch"
+}
+
+variable "ami_build_number" {
+  type        = number
+  description = "The Nth build of a cell on one day: 2 and above end the name in -N (AMI names are unique)."
+  default     = 1
+
+  validation {
+    condition     = var.ami_build_number >= 1 && floor(var.ami_build_number) == var.ami_build_number
+    error_message = "The ami_build_number must be a whole number, at least 1."
+  }
+}
+
+variable "git_sha" {
+  type        = string
+  description = "The neuron-torch commit the build is made from (neuron-torch build ami passes it; -dirty when edited)."
+  default     = "unknown"
+}
+
+variable "lock_sha256" {
+  type        = string
+  description = "The sha256 of the hash lock installed (neuron-torch build ami passes it)."
+  default     = "unknown"
+}
+
+variable "deprecate_after" {
+  type        = string
+  description = "How long after the build the AMI is deprecated (deprecate_at), as a duration in hours: 17520h is two years."
+  default     = "17520h"
+
+  validation {
+    condition     = can(timeadd("2000-01-01T00:00:00Z", var.deprecate_after))
+    error_message = "The deprecate_after must be a duration such as 17520h (two years) or 8760h (one year)."
+  }
+}
+
+variable "ssm_parameter_prefix" {
+  type        = string
+  description = "SSM parameters name the AMI at <prefix>/<release>/<cell>/image_id (the newest build) and .../recommended/image_id."
+  default     = "/neuron-torch"
+}
+
+variable "ssm_publish" {
+  type        = bool
+  description = "Write the SSM parameters after the AMI is made (a post-processor: needs ssm:PutParameter); false: print them only."
+  default     = false
+}
+
+variable "ssm_recommend" {
+  type        = bool
+  description = "Also point .../recommended/image_id at this AMI (false: publish it as the newest build, not yet recommended)."
+  default     = true
 }
 
 variable "docker_repository" {
@@ -145,16 +198,27 @@ variable "ami_regions" {
   default     = []
 }
 
+# Optional sharing: each list is checked for its own shape (12-digit account ids; organization ARNs).
 variable "ami_users" {
   type        = list(string)
   description = "AWS account ids allowed to launch the AMI (empty: none but the owner). Needs kms_key_id."
   default     = []
+
+  validation {
+    condition     = length([for id in var.ami_users : id if length(id) != 12 || trim(id, "0123456789") != ""]) == 0
+    error_message = "The ami_users must be 12-digit AWS account ids, such as 123456789012."
+  }
 }
 
 variable "ami_org_arns" {
   type        = list(string)
   description = "AWS Organizations ARNs allowed to launch the AMI (empty: none). Needs kms_key_id."
   default     = []
+
+  validation {
+    condition     = length([for arn in var.ami_org_arns : arn if length(split(":organization/o-", arn)) != 2 || substr(arn, 0, 4) != "arn:"]) == 0
+    error_message = "The ami_org_arns must be organization ARNs, such as arn:aws:organizations::123456789012:organization/o-abcd1234ef."
+  }
 }
 
 variable "ssh_source_cidrs" {

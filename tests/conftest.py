@@ -40,8 +40,9 @@ def release_copy(tmp_path: Path) -> Path:
 # --- lanes: how scripts/test.sh runs the files side by side (pytest-xdist, 3 workers) --------------------------------
 # Each file is one unit of work, run whole by one worker (its module fixtures are built once), except files that share
 # a resource no two processes may use at once; those are one unit:
-# - test_image and test_field_check: the test cell's image `neuron-torch:<cell>` (+ `:latest`) and its build context
-#   build/image/<cell>-<digest>/, which both rewrite (the image fixture; field-check's `build image`).
+# - test_image, test_field_check, test_publish and test_bom: the test cell's image `neuron-torch:<cell>` (+ `:latest`)
+#   and its build context build/image/<cell>-<digest>/, which they rewrite (the image fixture; field-check's `build
+#   image`) or push and read (publish, the bill of materials).
 # - smoke test_faults and test_verify_device: the session's whole clean run on the simulated device (clean_sim_run),
 #   made once in the worker that runs both.
 # Everything else two workers may share is safe side by side: the test bed's build takes a file lock and rewrites no
@@ -51,6 +52,8 @@ def release_copy(tmp_path: Path) -> Path:
 SHARED = {
     "tests/integration/test_image.py": "image",
     "tests/integration/test_field_check.py": "image",
+    "tests/integration/test_publish.py": "image",
+    "tests/integration/test_bom.py": "image",
     "tests/integration/smoke/test_faults.py": "smoke-clean-run",
     "tests/integration/smoke/test_verify_device.py": "smoke-clean-run",
 }
@@ -62,7 +65,7 @@ SECONDS = {
     "tests/integration/test_molecule.py": 720,
     "tests/integration/test_packer.py": 639,
     "smoke-clean-run": 630,
-    "image": 347,
+    "image": 437,
     "tests/integration/test_quickstart.py": 250,
     "tests/integration/smoke/test_evaluate.py": 136,
     "tests/integration/test_ansible.py": 114,

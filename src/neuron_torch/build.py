@@ -29,6 +29,7 @@ from neuron_torch.lockfile import gate_lock, pip_options, read_lock, read_lock_t
 from neuron_torch.matrix import Cell, Matrix
 
 IMAGE = "neuron-torch"
+LABEL_NOTE = "io.neuron-torch.bom (the sha256 of /etc/neuron-torch/bom/SHA256SUMS)"
 
 
 @dataclass(frozen=True)
@@ -205,4 +206,9 @@ def run_image_build(build: ImageBuild) -> int:
     if shutil.which(build.command[0]) is None:
         raise NeuronTorchError(f"{build.command[0]} not found: install docker (Debian: apt-get install docker.io)")
     environment = {**os.environ, "DOCKER_BUILDKIT": "1"}
-    return subprocess.run(build.command, env=environment, check=False).returncode
+    status = subprocess.run(build.command, env=environment, check=False).returncode
+    if status == 0 and "--target" not in build.command:  # the runtime image: its bill of materials' digest, labelled
+        from neuron_torch.bom import label_image
+
+        print(f"labelled {LABEL_NOTE}: {label_image(build.command[0], build.tags)}", flush=True)
+    return status

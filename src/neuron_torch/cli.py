@@ -113,7 +113,36 @@ def add_build(sub: Subparsers) -> None:
         "--var", action="append", default=[], metavar="NAME=VALUE",
         help="a Packer variable, e.g. region=eu-west-1 or subnet_id=subnet-0abc (repeatable)",
     )  # fmt: skip
+    p.add_argument("--dry-run", action="store_true", help="print the AMI's name, tags, deprecation time, SSM "
+                   "parameters and sharing (as Packer evaluates the templates) and build nothing")  # fmt: skip
     p.set_defaults(handler=commands.cmd_build_ami)
+
+
+def add_publish(sub: Subparsers) -> None:
+    p = sub.add_parser("publish", help="push a cell's built image to a registry and record its digest (publish image)")
+    what = p.add_subparsers(dest="artifact", required=True, metavar="ARTIFACT")
+    p = what.add_parser(
+        "image", help="push neuron-torch:CELL as RELEASE-CELL-SHA (immutable), CELL and latest (moving)"
+    )
+    p.add_argument("--cell", required=True, help="cell id")
+    p.add_argument("--registry", required=True, metavar="REG[/PATH]", help="e.g. registry.example.com/ml")
+    p.add_argument("--record", type=Path, metavar="FILE", help="write the digest record here "
+                   "(default: build/publish/TAG.json)")  # fmt: skip
+    p.add_argument("--allow-dirty", action="store_true", help="publish from a checkout with uncommitted changes "
+                   "(the immutable tag ends in -dirty)")  # fmt: skip
+    p.add_argument("--sign-by", metavar="FINGERPRINT", help="sign each tag with this GPG key (simple signing)")
+    p.add_argument("--registries-d", type=Path, metavar="DIR", help="registries.d folder naming where signatures "
+                   "go (default: skopeo's, /etc/containers/registries.d)")  # fmt: skip
+    p.set_defaults(handler=commands.cmd_publish_image)
+
+
+def add_verify_image(sub: Subparsers) -> None:
+    p = sub.add_parser("verify-image", help="pull an image as a signature policy allows: its signature and digest")
+    p.add_argument("reference", metavar="REF", help="e.g. registry.example.com/ml/neuron-torch@sha256:...")
+    p.add_argument("--policy", type=Path, required=True, help="the containers-policy.json to enforce")
+    p.add_argument("--registries-d", type=Path, metavar="DIR", help="registries.d folder naming where signatures "
+                   "are read (default: skopeo's)")  # fmt: skip
+    p.set_defaults(matrix_free=commands.cmd_verify_image)  # reads no release
 
 
 def add_bundle(sub: Subparsers) -> None:
@@ -158,6 +187,8 @@ COMMANDS: tuple[Callable[[Subparsers], None], ...] = (
     add_lock,
     add_check,
     add_build,
+    add_publish,
+    add_verify_image,
     add_bundle,
     add_manifest,
     add_render,

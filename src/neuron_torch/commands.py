@@ -254,6 +254,34 @@ def cmd_build_image(args: argparse.Namespace, matrix: Matrix) -> int:
     return EXIT_OK
 
 
+def cmd_publish_image(args: argparse.Namespace, matrix: Matrix) -> int:
+    from neuron_torch.cellinfo import relative
+    from neuron_torch.publish import publish_image
+
+    cell = matrix.cell(args.cell)
+    publication, record = publish_image(
+        matrix, cell, args.registry, record=args.record, allow_dirty=args.allow_dirty, sign_by=args.sign_by,
+        registries_d=args.registries_d,
+    )  # fmt: skip
+    for tag in [publication.immutable_tag, *publication.moving_tags]:
+        print(f"pushed {publication.repository}:{tag}")
+    print(f"digest {publication.digest}\nreference {publication.reference}\nrecord {relative(record, matrix)}")
+    return EXIT_OK
+
+
+def cmd_verify_image(args: argparse.Namespace) -> int:
+    from neuron_torch.verify_image import verify_image
+
+    verified = verify_image(args.reference, args.policy, args.registries_d)
+    print(f"verified {args.reference}: the signature {args.policy} requires, digest {verified.digest}")
+    if verified.packages is None:
+        print("bill of materials: none (no io.neuron-torch.bom label)")
+    else:
+        pip, apt = verified.packages["pip"], verified.packages["apt"]
+        print(f"bill of materials: {verified.bom}, its SBOMs list the image's {pip} pip and {apt} apt packages")
+    return EXIT_OK
+
+
 def _parse_index(value: str) -> tuple[str, str]:
     from neuron_torch.urls import check_url
 
@@ -283,6 +311,11 @@ def cmd_build_ami(args: argparse.Namespace, matrix: Matrix) -> int:
         if not sep or not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", name):
             raise NeuronTorchError(f"--var takes NAME=VALUE (e.g. region=eu-west-1), not {quote(value)}")
         extra.append(f"-var={value}")
+    if args.dry_run:
+        from neuron_torch.packer import describe, identity
+
+        print(describe(identity(matrix, matrix.cell(args.cell), packer=args.packer, extra=extra, lock=args.lock)))
+        return EXIT_OK
     return build_ami(matrix, args.cell, only=args.only, packer=args.packer, extra=extra, lock=args.lock)
 
 

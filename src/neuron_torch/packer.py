@@ -8,6 +8,8 @@ the release (the test bed's) brings its own rendered `cell.pkr.hcl`, and so that
 
 from __future__ import annotations
 
+import hashlib
+import json
 import os
 import re
 import shutil
@@ -19,7 +21,7 @@ from typing import Any
 from neuron_torch.build import require_lock
 from neuron_torch.choices import PACKER_SOURCES
 from neuron_torch.errors import EXIT_FAILED, EXIT_OK, NeuronTorchError
-from neuron_torch.matrix import Matrix
+from neuron_torch.matrix import Cell, Matrix
 from neuron_torch.render import write_rendered
 from neuron_torch.render_packer import CELL_FILE, packer_dir, packer_files, var_file_path
 
@@ -95,6 +97,69 @@ def validate(matrix: Matrix, cell_id: str, packer: str = "packer", extra: Sequen
     return run([packer, "validate", *var_args(matrix, cell_id), *extra, str(staged)], matrix)
 
 
+# What `build ami --dry-run` shows, evaluated by Packer from the templates themselves (`packer console`).
+IDENTITY = (
+    "jsonencode({name = local.ami_name, tags = local.tags, deprecate_at = local.deprecate_at, "
+    "deprecate_after = var.deprecate_after, ssm_parameters = local.ssm_parameters, ssm_publish = var.ssm_publish, "
+    "ami_users = var.ami_users, ami_org_arns = var.ami_org_arns})"
+)
+
+
+def release_vars(matrix: Matrix, lock_path: Path | None) -> list[str]:
+    """The commit and the lock's sha256 the AMI is tagged with (`unknown` outside a git checkout, `none` for a dry
+    run of a cell without a lock)."""
+    from neuron_torch.publish import git_revision
+
+    try:
+        revision = git_revision(matrix.root, allow_dirty=True)
+    except NeuronTorchError:
+        revision = "unknown"
+    lock_sha256 = hashlib.sha256(lock_path.read_bytes()).hexdigest() if lock_path and lock_path.is_file() else "none"
+    return [f"-var=git_sha={revision}", f"-var=lock_sha256={lock_sha256}"]
+
+
+def identity(
+    matrix: Matrix, cell: Cell, packer: str = "packer", extra: Sequence[str] = (), lock: Path | None = None
+) -> dict[str, Any]:
+    """The AMI's name, tags, deprecation time, SSM parameters and sharing for this cell, as Packer evaluates them."""
+    path = lock or cell.lock_path
+    lock_path = require_lock(matrix, cell, lock) if path.exists() else None
+    legacy = is_legacy(packer_version(packer))
+    ensure_rendered(matrix)
+    staged = stage_templates(matrix, legacy)
+    settings = [*var_args(matrix, cell.id), *release_vars(matrix, lock_path), *extra, str(staged)]
+    # Validated first, as a build is: `packer console` evaluates without the variables' validation rules.
+    checked = subprocess.run([packer, "validate", *settings], capture_output=True, text=True, cwd=matrix.root)
+    if checked.returncode != 0:
+        problem = " ".join((checked.stdout + checked.stderr).split())[:600]
+        raise NeuronTorchError(f"packer validate refused the build of {cell.id}: {problem}")
+    command = [packer, "console", *settings]
+    result = subprocess.run(command, input=IDENTITY + "\n", capture_output=True, text=True, cwd=matrix.root)
+    found = next((line for line in result.stdout.splitlines() if line.startswith("{")), None)
+    if result.returncode != 0 or found is None:
+        problem = " ".join((result.stdout + result.stderr).split())[-400:]
+        raise NeuronTorchError(f"packer console could not evaluate the AMI's identity for {cell.id}: {problem}")
+    values: dict[str, Any] = json.loads(found)
+    values["lock"] = str(lock_path) if lock_path else None
+    return values
+
+
+def describe(values: dict[str, Any]) -> str:
+    """`build ami --dry-run`'s report."""
+    lines = [f"AMI name:     {values['name']}", f"deprecate at: {values['deprecate_at']} "
+             f"(deprecate_after = {values['deprecate_after']})", "tags:"]  # fmt: skip
+    lines += [f"  {key} = {value}" for key, value in sorted(values["tags"].items())]
+    written = "written after the build" if values["ssm_publish"] else "printed, not written: -var ssm_publish=true"
+    lines.append(f"SSM parameters (the AMI id; {written}):")
+    lines += [f"  {name}" for name in values["ssm_parameters"]]
+    users, orgs = values["ami_users"] or [], values["ami_org_arns"] or []
+    shared = f"accounts {', '.join(users) or 'none'}; organizations {', '.join(orgs) or 'none'}"
+    lines.append(f"shared with: {shared}" if users or orgs else "shared with: nobody (a private AMI)")
+    if values["lock"] is None:
+        lines.append("lock: none yet (the lock-sha256 tag is filled in by the build, which needs the lock)")
+    return "\n".join(lines)
+
+
 def prepare_build(
     matrix: Matrix,
     cell_id: str,
@@ -112,6 +177,7 @@ def prepare_build(
     lock_path = require_lock(matrix, cell, lock)  # the lock gate, before any work
     if lock is not None:  # the template reads ${repo_root}/${lock_file}
         extra = [*extra, f"-var=lock_file={os.path.relpath(lock_path.resolve(), matrix.root)}"]
+    extra = [*release_vars(matrix, lock_path), *extra]  # the AMI's git-sha and lock-sha256 tags
     version = packer_version(packer)
     if only != "docker" and is_legacy(version):
         raise NeuronTorchError(

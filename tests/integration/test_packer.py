@@ -459,13 +459,16 @@ def test_docker_build(docker_builds: dict[str, int], cell_id: str) -> None:
         assert set(stages.values()) <= {"pass", "skip"} and all(stages[s] == "pass" for s in COMPUTED), stages
     else:
         assert {s: v for s, v in stages.items() if v != "skip"} == {"environment": "pass"}, stages
-    info = json.loads((out / "version-info.json").read_text())
-    assert info["cell"]["id"] == cell_id and info["cell"]["python_route"] == cell.python_route
+    info = json.loads((out / "version-info.json").read_text())  # neuron_cell.sbom, as in the image
+    assert info["cell"] == cell_id and info["release"] == test_matrix.release.name
     assert info["python"].startswith(f"{cell.python}.")
     for package in test_matrix.apt.scoped("image"):
-        assert info["apt"][package.name].startswith(package.version)
-    assert info["pip"]["torch"] == cell.family.torch_pin
-    assert info["kernel"]
+        assert info["packages"]["apt"][package.name].startswith(package.version)
+    assert set(info["neuron"]) >= {"runtime", "collectives", "tools"}
+    assert info["packages"]["pip"]["torch"] == cell.family.torch_pin
+    assert info["kernel"] and isinstance(info["dkms"], list)
+    for name in ("sbom-venv.cdx.json", "sbom-apt.cdx.json"):
+        assert json.loads((out / name).read_text())["bomFormat"] == "CycloneDX", name
     manifest = json.loads((out / "manifest.json").read_text())
     assert manifest["builds"][-1]["custom_data"]["cell"] == cell_id
     # The suite ran on the build's final state, after the cleanup: the hygiene checks ran there and passed.
@@ -521,3 +524,101 @@ def test_cli_build_ami_refuses_an_unsupported_cell_with_the_matrix_reason(capsys
 
     assert main(["build", "ami", "--cell", "2.14-py3.12-ubuntu22.04"]) == 2
     assert "Ubuntu 22.04 is end of support" in capsys.readouterr().err
+
+
+# ---- Release identity: name, tags, deprecation, SSM parameters, sharing (`build ami --dry-run`) ----
+def _dry_run(capsys: pytest.CaptureFixture[str], *options: str) -> tuple[int, str, str]:
+    argv = ["--matrix", str(REPO / "constraints" / "test-matrix.toml"), "build", "ami", "--cell", TEST_CELL]
+    code = cli_main([*argv, "--dry-run", *options])
+    out = capsys.readouterr()
+    return code, out.out, out.err
+
+
+@needs_packer
+def test_build_ami_dry_run_shows_the_name_tags_deprecation_and_ssm_parameters(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    import datetime
+    import hashlib
+
+    matrix = load_matrix(REPO / "constraints" / "test-matrix.toml")
+    lock = matrix.cell(TEST_CELL).lock_path
+    if not lock.is_file():
+        pytest.skip("the test cell's lock is missing (scripts/testbed.sh build makes it)")
+    before = datetime.datetime.now(datetime.UTC)
+    code, out, err = _dry_run(capsys)
+    assert code == 0, err
+    release = matrix.release.name
+    name = f"neuron-torch-{release}-{TEST_CELL}-{before:%Y%m%d}"
+    assert f"AMI name:     {name}\n" in out
+    git = subprocess.run(["git", "rev-parse", "--short=12", "HEAD"], capture_output=True, text=True, cwd=REPO)
+    for tag, value in (("Name", name), ("neuron-torch:cell", TEST_CELL), ("neuron-torch:release", release),
+                       ("neuron-torch:lock-sha256", hashlib.sha256(lock.read_bytes()).hexdigest())):  # fmt: skip
+        assert f"\n  {tag} = {value}\n" in out, tag
+    assert re.search(rf"\n  neuron-torch:git-sha = {git.stdout.strip()}(-dirty)?\n", out)
+    deprecate = re.search(r"deprecate at: (\S+) \(deprecate_after = 17520h\)", out)
+    assert deprecate, out
+    at = datetime.datetime.fromisoformat(deprecate[1].replace("Z", "+00:00"))
+    assert datetime.timedelta(days=730) <= at - before < datetime.timedelta(days=730, minutes=10)
+    ssm = f"/neuron-torch/{release}/{TEST_CELL}"
+    assert f"\n  {ssm}/image_id\n  {ssm}/recommended/image_id\n" in out and "not written" in out
+    assert "shared with: nobody (a private AMI)" in out
+
+    shared = ("--var", 'ami_users=["123456789012"]')
+    code, out, err = _dry_run(capsys, *shared)  # Packer's own rule: the AWS managed key cannot be shared
+    assert code == 2 and "Cannot share AMI encrypted with default KMS key" in err, err
+    code, out, err = _dry_run(capsys, "--var", "ami_build_number=2", "--var", "ssm_recommend=false", *shared,
+                              "--var", "kms_key_id=alias/neuron-torch-ami")  # fmt: skip
+    assert code == 0, err
+    assert f"AMI name:     {name}-2\n" in out and "recommended" not in out and "accounts 123456789012" in out
+
+
+@needs_packer
+@pytest.mark.parametrize(
+    ("setting", "problem"),
+    [
+        ('ami_users=["12345678901a"]', "The ami_users must be 12-digit AWS account ids"),
+        ('ami_org_arns=["o-abcd1234ef"]', "The ami_org_arns must be organization ARNs"),
+        ("deprecate_after=2y", "The deprecate_after must be a duration such as 17520h"),
+        ("ami_build_number=0", "The ami_build_number must be a whole number, at least 1"),
+    ],
+)
+def test_build_ami_dry_run_refuses_a_bad_setting_in_one_line(
+    capsys: pytest.CaptureFixture[str], setting: str, problem: str
+) -> None:
+    code, _, err = _dry_run(capsys, "--var", setting)
+    assert code == 2 and problem in err and len(err.strip().splitlines()) == 1, err
+
+
+def test_the_ami_is_deprecated_and_publishes_ssm_parameters_only_from_the_ami_source() -> None:
+    source = (REPO / "images" / "amazon-ebs.pkr.hcl").read_text()
+    begin, end = source.index("# BEGIN packer>=1.7"), source.index("# END packer>=1.7")
+    assert "deprecate_at = local.deprecate_at" in source[begin:end], "Packer 1.6.6 has no deprecate_at"
+    template = (REPO / "images" / "neuron-torch.pkr.hcl").read_text()
+    block = template[template.index('post-processor "shell-local"') :]
+    assert 'only = ["amazon-ebs.ubuntu"]' in block and "ssm-publish.sh" in block
+    assert template.index('post-processor "manifest"') < template.index('post-processor "shell-local"')
+
+
+@pytest.mark.parametrize("publish", ["true", "false"])
+def test_ssm_publish_points_each_parameter_of_each_region_at_its_ami(tmp_path: Path, publish: str) -> None:
+    manifest = tmp_path / "manifest.json"
+    old = {"packer_run_uuid": "old", "artifact_id": "us-east-1:ami-0old"}
+    new = {"packer_run_uuid": "new", "artifact_id": "us-east-1:ami-0aaa,eu-west-1:ami-0bbb"}
+    manifest.write_text(json.dumps({"builds": [old, new], "last_run_uuid": "new"}))
+    (tmp_path / "bin").mkdir()
+    aws = tmp_path / "bin" / "aws"
+    aws.write_text(f'#!/bin/sh\necho "$*" >> {tmp_path}/aws.log\n')
+    aws.chmod(0o755)
+    env = {**os.environ, "PATH": f"{tmp_path / 'bin'}:{os.environ['PATH']}", "MANIFEST": str(manifest),
+           "SSM_PARAMETERS": "/nt/r/c/image_id /nt/r/c/recommended/image_id", "SSM_PUBLISH": publish}  # fmt: skip
+    script = REPO / "images" / "scripts" / "ssm-publish.sh"
+    result = subprocess.run(["sh", str(script)], capture_output=True, text=True, env=env)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.count("ssm: ") == 4 and "ami-0old" not in result.stdout
+    assert "ssm: eu-west-1 /nt/r/c/recommended/image_id = ami-0bbb" in result.stdout
+    calls = (tmp_path / "aws.log").read_text().splitlines() if publish == "true" else []
+    assert len(calls) == (4 if publish == "true" else 0)
+    if calls:
+        assert calls[0] == ("ssm put-parameter --region us-east-1 --name /nt/r/c/image_id --value ami-0aaa "
+                            "--type String --data-type aws:ec2:image --overwrite")  # fmt: skip

@@ -213,4 +213,4 @@ def test_help_lists_the_commands_in_a_users_order(capsys: pytest.CaptureFixture[
     with pytest.raises(SystemExit):
         main(["--help"])
     listed = re.findall(r"^    (\w+) ", capsys.readouterr().out, re.MULTILINE)
-    assert listed == ["matrix", "cell", "instance", "lock", "check", "build", "bundle", "manifest", "render"]
+    assert listed == ["matrix", "cell", "instance", "lock", "check", "build", "publish", "bundle", "manifest", "render"]

@@ -4,6 +4,7 @@ and the version stubbed)."""
 
 from __future__ import annotations
 
+import hashlib
 import shutil
 from pathlib import Path
 
@@ -124,6 +125,7 @@ def test_prepare_build_checks_then_returns_the_build_command(release: Matrix, mo
         "build",
         f"-only={PACKER_SOURCES['docker']}",
         *packer.var_args(release, cell.id),
+        *packer.release_vars(release, lock),  # the git-sha and lock-sha256 tags
         "-var=x=1",
         "-var=lock_file=my.lock",
         str(staged),
@@ -161,3 +163,32 @@ def test_prepare_build_refuses_an_unsupported_cell_before_any_command(
     ):
         packer.prepare_build(matrix, f"{cell.family.name}-py{python}-{cell.os.id}")
     assert recorder.commands == []
+
+
+def test_the_dry_run_report_names_the_ssm_parameters_and_the_sharing() -> None:
+    values = {
+        "name": "neuron-torch-r-c-20261202", "deprecate_at": "2028-12-01T00:00:00Z", "deprecate_after": "17520h",
+        "tags": {"neuron-torch:cell": "c", "Name": "neuron-torch-r-c-20261202"}, "ssm_publish": False,
+        "ssm_parameters": ["/neuron-torch/r/c/image_id"], "ami_users": [], "ami_org_arns": None, "lock": None,
+    }  # fmt: skip
+    report = packer.describe(values)
+    assert report.splitlines()[:3] == [
+        "AMI name:     neuron-torch-r-c-20261202",
+        "deprecate at: 2028-12-01T00:00:00Z (deprecate_after = 17520h)",
+        "tags:",
+    ]
+    assert "  Name = neuron-torch-r-c-20261202\n  neuron-torch:cell = c\n" in report  # sorted
+    assert "printed, not written: -var ssm_publish=true):\n  /neuron-torch/r/c/image_id\n" in report
+    assert "shared with: nobody (a private AMI)" in report and "lock: none yet" in report
+    shared = packer.describe({**values, "ssm_publish": True, "ami_users": ["123456789012"], "lock": "l.txt"})
+    assert "written after the build" in shared and "accounts 123456789012; organizations none" in shared
+    assert "lock: none" not in shared
+
+
+def test_release_vars_tag_the_commit_and_the_lock(release: Matrix, tmp_path: Path) -> None:
+    lock = tmp_path / "lock.txt"
+    lock.write_text("x==1\n")
+    git_sha, lock_sha = packer.release_vars(release, lock)
+    assert lock_sha == "-var=lock_sha256=" + hashlib.sha256(b"x==1\n").hexdigest()
+    assert git_sha == "-var=git_sha=unknown", "the copied release is no git checkout"
+    assert packer.release_vars(release, None)[1] == "-var=lock_sha256=none"

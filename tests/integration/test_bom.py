@@ -1,0 +1,50 @@
+"""The bill of materials of the test cell's image (test_image's fixture, so this file is in its lane): written by the
+image build (neuron_cell.sbom) into /etc/neuron-torch/bom, labelled with the digest of its SHA256SUMS, valid
+CycloneDX, and the same package set as the image's own `pip list` and `dpkg-query`."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+
+import pytest
+
+from tests.integration.test_image import BuiltImage, image  # noqa: F401 (the session's image of the test cell)
+from tests.testbed.harness import CELL, docker
+
+BOM = "/etc/neuron-torch/bom"
+LIST = f"""
+cd {BOM} && sha256sum -c --quiet SHA256SUMS && cat SHA256SUMS && echo '@@' && cat sbom-venv.cdx.json && echo '@@' &&
+cat sbom-apt.cdx.json && echo '@@' && cat version-info.json && echo '@@' && python -m pip list --format json &&
+echo '@@' && dpkg-query -W -f '${{db:Status-Abbrev}} ${{Package}} ${{Version}}\\n'
+"""
+
+
+def test_the_image_carries_its_bill_of_materials_and_the_label_names_it(image: BuiltImage) -> None:  # noqa: F811
+    validation = pytest.importorskip("cyclonedx.validation.json", reason="cyclonedx-python-lib is in the dev extras")
+    from cyclonedx.schema import SchemaVersion
+
+    out = docker("run", "--rm", "--network", "none", "--entrypoint", "/bin/sh", image.tag, "-c", LIST).stdout
+    sums, venv, apt, info_text, pip_list, dpkg = out.split("@@\n")
+    label = docker("image", "inspect", "--format", '{{index .Config.Labels "io.neuron-torch.bom"}}', image.tag)
+    assert label.stdout.strip() == "sha256:" + hashlib.sha256(sums.encode()).hexdigest()
+
+    validator = validation.JsonStrictValidator(SchemaVersion.V1_6)
+    assert validator.validate_str(venv) is None and validator.validate_str(apt) is None
+    listed = {(entry["name"].lower().replace("_", "-"), entry["version"]) for entry in json.loads(pip_list)}
+    components = json.loads(venv)["components"]
+    assert {(c["name"], c["version"]) for c in components} == listed
+    torch = next(c for c in components if c["name"] == "torch")
+    assert (
+        torch["purl"] == "pkg:pypi/torch@2.13.0%2Bcpu" and torch["properties"][0]["name"] == "neuron-torch:lock-sha256"
+    )
+    installed = {tuple(line.split()[1:]) for line in dpkg.splitlines() if line[1:2] == "i"}
+    assert {(c["name"], c["version"]) for c in json.loads(apt)["components"]} == installed
+
+    info = json.loads(info_text)
+    matrix = image.matrix
+    assert (info["cell"], info["release"]) == (CELL, matrix.release.name) and info["python"].startswith("3.11.")
+    for package in matrix.apt.scoped("image"):
+        assert info["packages"]["apt"][package.name].startswith(package.version)
+    assert set(info["neuron"]) == {"runtime", "collectives", "tools"}, "no driver in an image"
+    assert info["locked"]["torch"] == "2.13.0+cpu" and info["pinned"]["pip"]["torch"] == "2.13.0+cpu"

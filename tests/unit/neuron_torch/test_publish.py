@@ -1,0 +1,258 @@
+"""neuron_torch.publish without a registry: the --registry forms (a Docker Hub namespace, a scheme, a tag refused),
+the tags of a cell, the commit an immutable tag names (an edited checkout refused unless --allow-dirty), and the
+push through a fake `docker` ($DOCKER): the built image checked first, each failure one line naming the fix, nothing
+written when it fails, the record when it works. The real push is tests/integration/test_publish.py."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import socket
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from neuron_torch.cli import main
+from neuron_torch.errors import NeuronTorchError
+from neuron_torch.matrix import Matrix
+from neuron_torch.publish import git_revision, push_failure, registry_repository, release_tags, signing_options
+
+DIGEST = "sha256:" + "ab" * 32
+FAKE_DOCKER = """#!/bin/sh
+[ "$FAKE_IMAGE" = none ] && { echo "Error: No such image: $5" >&2; exit 1; }
+labels="\\"io.neuron-torch.release\\":\\"$FAKE_RELEASE\\",\\"io.neuron-torch.cell\\":\\"$FAKE_CELL\\""
+echo "sha256:1234 {$labels,\\"io.neuron-torch.bom\\":\\"sha256:b0\\"}"
+"""
+# skopeo copy [options] --digestfile FILE [--authfile FILE] SOURCE DESTINATION
+FAKE_SKOPEO = """#!/usr/bin/env python3
+import os, sys
+args = sys.argv[1:]
+if os.environ["FAKE_PUSH_ERROR"]:
+    sys.exit(os.environ["FAKE_PUSH_ERROR"])
+if args[0] == "inspect":  # inspect --raw [--authfile FILE] docker://REF
+    if not os.environ["FAKE_PUBLISHED"]:
+        sys.exit("reading manifest x: manifest unknown: manifest unknown")
+    print(os.environ["FAKE_PUBLISHED"], end="")
+    sys.exit(0)
+open(os.environ["FAKE_LOG"], "a").write(" ".join(args) + "\\n")
+open(args[args.index("--digestfile") + 1], "w").write(os.environ["FAKE_DIGEST"] + "\\n")
+"""
+
+
+@pytest.mark.parametrize(
+    ("value", "repository"),
+    [
+        ("registry.example.com", "registry.example.com/neuron-torch"),
+        ("registry.example.com/ml/team/", "registry.example.com/ml/team/neuron-torch"),
+        ("127.0.0.1:5000/ml", "127.0.0.1:5000/ml/neuron-torch"),
+        ("localhost:5000", "localhost:5000/neuron-torch"),
+    ],
+)
+def test_a_registry_and_path_name_the_repository(value: str, repository: str) -> None:
+    assert registry_repository(value) == repository
+
+
+@pytest.mark.parametrize(
+    ("value", "problem"),
+    [
+        ("ml", "names no registry host (docker would read 'ml' as a Docker Hub namespace)"),
+        ("https://registry.example.com", "no scheme"),
+        ("registry.example.com/ML", "the path must be lowercase"),
+        ("registry.example.com/ml:1", "no tag or digest"),
+    ],
+)
+def test_a_registry_docker_would_read_otherwise_is_refused(value: str, problem: str) -> None:
+    with pytest.raises(NeuronTorchError, match="HOST\\[:PORT\\]\\[/PATH\\]") as error:
+        registry_repository(value)
+    assert problem in str(error.value) and error.value.exit_code == 2
+
+
+def test_the_default_cell_also_moves_latest(test_release: Matrix) -> None:
+    default = test_release.cell(test_release.release.default_cell)
+    other = next(cell for cell in test_release.cells if cell.id != default.id)
+    name = test_release.release.name
+    assert release_tags(test_release, default, "0123456789ab") == (
+        f"{name}-{default.id}-0123456789ab", [default.id, "latest"]
+    )  # fmt: skip
+    assert release_tags(test_release, other, "0123456789ab")[1] == [other.id]
+
+
+def git(root: Path, *args: str) -> str:
+    return subprocess.run(["git", "-C", str(root), *args], capture_output=True, text=True, check=True).stdout.strip()
+
+
+@pytest.fixture
+def committed(test_release: Matrix) -> Matrix:
+    root = test_release.root
+    git(root, "init", "-q")
+    git(root, "-c", "user.name=t", "-c", "user.email=t@t", "add", ".")
+    git(root, "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "release")
+    return test_release
+
+
+def test_the_immutable_tag_names_the_commit_and_an_edited_checkout_is_refused(committed: Matrix) -> None:
+    root = committed.root
+    sha = git(root, "rev-parse", "HEAD")[:12]
+    assert git_revision(root, allow_dirty=False) == sha
+    (root / "untracked.txt").write_text("not part of any build\n")
+    assert git_revision(root, allow_dirty=False) == sha, "an untracked file is no edit"
+    with (root / "constraints" / "test-matrix.toml").open("a") as matrix_file:
+        matrix_file.write("# edited\n")
+    with pytest.raises(NeuronTorchError, match=r"1 uncommitted change.*constraints/test-matrix\.toml.*--allow-dirty"):
+        git_revision(root, allow_dirty=False)
+    assert git_revision(root, allow_dirty=True) == f"{sha}-dirty"
+
+
+def test_a_folder_without_a_commit_is_refused(tmp_path: Path) -> None:
+    with pytest.raises(NeuronTorchError, match="not a git checkout with a commit"):
+        git_revision(tmp_path, allow_dirty=True)
+
+
+@pytest.mark.parametrize(
+    ("output", "fix"),
+    [
+        ("unauthorized: authentication required", "refused the credentials (unauthorized): run `docker login r.io`"),
+        ("no basic auth credentials", "run `docker login r.io`"),
+        ("denied: requested access to the resource is denied", "run `docker login r.io`"),
+        ("x509: certificate signed by unknown authority", "/etc/docker/certs.d/r.io/ca.crt"),
+        ("Get https://r.io/v2/: dial tcp: lookup r.io: no such host", "r.io is unreachable: Get https"),
+        ("something else\nblob upload invalid", "the push to r.io failed: blob upload invalid"),
+    ],
+)
+def test_each_push_failure_names_its_fix(output: str, fix: str) -> None:
+    error = push_failure("r.io", output)
+    assert fix in str(error) and error.exit_code == 1
+
+
+@pytest.fixture
+def listening() -> Iterator[str]:
+    with socket.socket() as server:
+        server.bind(("127.0.0.1", 0))
+        server.listen()
+        yield f"127.0.0.1:{server.getsockname()[1]}"
+
+
+@pytest.fixture
+def fake_docker(committed: Matrix, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    script = tmp_path / "docker"
+    script.write_text(FAKE_DOCKER)
+    script.chmod(0o755)
+    (tmp_path / "bin").mkdir()
+    skopeo = tmp_path / "bin" / "skopeo"
+    skopeo.write_text(FAKE_SKOPEO)
+    skopeo.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{tmp_path / 'bin'}{os.pathsep}{os.environ['PATH']}")
+    log = tmp_path / "docker.log"
+    cell = committed.release.default_cell
+    env = {"DOCKER": str(script), "FAKE_LOG": str(log), "FAKE_DIGEST": DIGEST, "FAKE_IMAGE": "built",
+           "FAKE_RELEASE": committed.release.name, "FAKE_CELL": cell, "FAKE_PUSH_ERROR": "",
+           "FAKE_PUBLISHED": ""}  # fmt: skip
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    return log
+
+
+def run_publish(matrix: Matrix, registry: str, record: Path) -> int:
+    cell = matrix.release.default_cell
+    argv = ["--matrix", str(matrix.path), "publish", "image", "--cell", cell, "--registry", registry]
+    return main([*argv, "--record", str(record)])
+
+
+def test_publish_pushes_the_immutable_tag_first_and_records_the_digest(
+    committed: Matrix, fake_docker: Path, listening: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    record = tmp_path / "out" / "record.json"
+    assert run_publish(committed, f"{listening}/ml", record) == 0
+    cell, sha = committed.release.default_cell, git(committed.root, "rev-parse", "HEAD")[:12]
+    repository = f"{listening}/ml/neuron-torch"
+    immutable = f"{committed.release.name}-{cell}-{sha}"
+    copies = [line.split()[-2:] for line in fake_docker.read_text().splitlines()]
+    assert copies == [
+        [f"docker-daemon:neuron-torch:{cell}", f"docker://{repository}:{immutable}"],
+        [f"docker://{repository}@{DIGEST}", f"docker://{repository}:{cell}"],
+        [f"docker://{repository}@{DIGEST}", f"docker://{repository}:latest"],
+    ], "the immutable tag first, from the engine; the moving tags point at its manifest"
+    data = json.loads(record.read_text())
+    assert data["digest"] == DIGEST and data["reference"] == f"{repository}@{DIGEST}"
+    assert data["image_id"] == "sha256:1234" and data["bom"] == "sha256:b0" and data["revision"] == sha
+    assert data["moving_tags"] == [cell, "latest"]
+    assert f"digest {DIGEST}" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize(
+    ("setting", "message", "code"),
+    [
+        (("FAKE_IMAGE", "none"), "no image neuron-torch:{cell} on this Docker engine: build it first with "
+         "`neuron-torch --matrix {matrix} build image --cell {cell}`", 2),
+        (("FAKE_RELEASE", "neuron-2.32.0"), "was built for release neuron-2.32.0", 2),
+        (("FAKE_PUSH_ERROR", "unauthorized: authentication required"), "refused the credentials", 1),
+    ],
+)  # fmt: skip
+def test_publish_failures_are_one_line_and_write_nothing(
+    committed: Matrix,
+    fake_docker: Path,
+    listening: str,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+    setting: tuple[str, str],
+    message: str,
+    code: int,
+) -> None:
+    monkeypatch.setenv(*setting)
+    record = tmp_path / "record.json"
+    assert run_publish(committed, listening, record) == code
+    error = capsys.readouterr().err.strip()
+    assert message.format(cell=committed.release.default_cell, matrix=committed.path) in error
+    assert len(error.splitlines()) == 1 and not record.exists()
+
+
+def test_an_immutable_tag_is_never_moved_and_a_second_publish_moves_only_the_moving_tags(
+    committed: Matrix,
+    fake_docker: Path,
+    listening: str,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    manifest = json.dumps({"schemaVersion": 2, "config": {"digest": "sha256:1234"}})
+    digest = "sha256:" + hashlib.sha256(manifest.encode()).hexdigest()
+    monkeypatch.setenv("FAKE_PUBLISHED", manifest)
+    monkeypatch.setenv("FAKE_DIGEST", digest)
+    assert run_publish(committed, listening, tmp_path / "again.json") == 0
+    sources = [line.split()[-2] for line in fake_docker.read_text().splitlines()]
+    assert sources == [f"docker://{listening}/neuron-torch@{digest}"] * 2, "no layer is read again"
+    assert json.loads((tmp_path / "again.json").read_text())["digest"] == digest
+
+    monkeypatch.setenv("FAKE_PUBLISHED", manifest.replace("sha256:1234", "sha256:5678"))
+    assert run_publish(committed, listening, tmp_path / "other.json") == 1
+    error = capsys.readouterr().err
+    assert (
+        "is published already, as another image (sha256:5678, not sha256:1234): an immutable tag is never moved"
+        in error
+    )
+    assert not (tmp_path / "other.json").exists()
+
+
+def test_an_unknown_cell_and_an_unreachable_registry_are_refused(
+    committed: Matrix, fake_docker: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    argv = ["--matrix", str(committed.path), "publish", "image", "--registry", "127.0.0.1:1"]
+    assert main([*argv, "--cell", "9.99-py3.11-debian12"]) == 2
+    assert "9.99" in capsys.readouterr().err
+    assert main([*argv, "--cell", committed.release.default_cell, "--record", str(tmp_path / "r.json")]) == 1
+    error = capsys.readouterr().err
+    assert "registry 127.0.0.1:1 is unreachable" in error and not (tmp_path / "r.json").exists()
+
+
+def test_signing_takes_a_fingerprint_and_a_registries_d_folder(tmp_path: Path) -> None:
+    fingerprint = "89028D16B2A201329C5732376EE6FFB984330729"
+    assert signing_options(None, None) == ()
+    assert signing_options(fingerprint, tmp_path) == ("--sign-by", fingerprint, "--registries.d", str(tmp_path))
+    with pytest.raises(NeuronTorchError, match="is not a GPG key fingerprint"):
+        signing_options("release@example.com", None)
+    with pytest.raises(NeuronTorchError, match=r"is not a folder of registries\.d YAML files"):
+        signing_options(fingerprint, tmp_path / "none")
