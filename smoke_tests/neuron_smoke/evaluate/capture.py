@@ -19,6 +19,7 @@ from torch import nn
 from torch.utils._python_dispatch import _disable_current_modes
 
 from neuron_smoke.evaluate import inventory as inv
+from neuron_smoke.evaluate import randomness
 from neuron_smoke.models import ModelSpec
 
 LR = 0.1  # as stage 4: SGD keeps the update linear in the gradient
@@ -55,6 +56,7 @@ class Capture:
     inventory: inv.Inventory | None = None
     fallback_ops: list[str] | None = None
     untied: list[str] = field(default_factory=list)
+    random_ops: dict[str, int] = field(default_factory=dict)  # op -> calls drawn from the shared seeded generator
 
 
 def float_leaves(value: Any) -> list[torch.Tensor]:
@@ -116,6 +118,7 @@ def train_step(
     if tracker is not None:
         tracker.clear_op_tracking()
     with ExitStack() as stack:
+        drawn = stack.enter_context(randomness.same_random())  # below the inventory: it sees the model's own ops
         recorded = stack.enter_context(inv.recording(model) if with_inventory else nullcontext())
         output = model(*args, **kwargs)
         loss = spec.loss_fn(output)
@@ -127,6 +130,7 @@ def train_step(
         h.remove()
     if tracker is not None:
         cap.fallback_ops = sorted({str(op) for op in tracker.get_fallback_ops()})
+    cap.random_ops = dict(sorted(drawn.items()))
     cap.inventory = recorded if isinstance(recorded, inv.Inventory) else None
     for i, t in enumerate(float_leaves(output)):
         cap.tensors[f"output/{i}"] = _cpu(t)

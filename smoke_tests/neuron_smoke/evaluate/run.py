@@ -147,6 +147,7 @@ def _measure(
     assert dev.inventory is not None
     data["inventory"] = dev.inventory.to_list()
     data["fallback_ops"] = dev.fallback_ops
+    data["random_ops"] = dev.random_ops
     _print_timing(data["timing"])
     phases.done("timed_steps")
     compile_error = None

@@ -52,6 +52,12 @@ def _summary(data: dict[str, Any]) -> Section:
         bad = [r for r in data["tensors"] if not r["ok"]]
         s.text.append(f"{len(data['tensors'])} tensors compared; {len(bad)} beyond rtol {data['rtol']:g}.")
     s.text.append(f"Readiness findings: {data['readiness']['findings']}.")
+    if data.get("random_ops"):
+        drawn = ", ".join(f"{op} x{n}" for op, n in data["random_ops"].items())
+        s.text.append(
+            f"Random ops ({drawn}) drew from one CPU generator seeded alike on every side, so dropout masks match "
+            "the baseline's; the device's own random kernels were not compared."
+        )
     if not plots.available():
         s.text.append("Plots omitted: matplotlib is not installed (pip install the neuron-torch `eval` extra).")
     return s

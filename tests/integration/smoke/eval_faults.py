@@ -41,3 +41,31 @@ def factory() -> Any:
     if layer:
         inject(made[0], layer, float(os.environ.get("NEURON_EVAL_FAULT_SCALE", "1.01")))
     return made
+
+
+# Test models a team could bring (issue 28): each factory is seeded, so a recording and a comparison see the same
+# weights and inputs, and each is healthy: only the device may make it differ.
+
+
+class Dropping(nn.Module):
+    """An MLP with dropout between its layers, left in training mode."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.fc1, self.drop, self.fc2 = nn.Linear(32, 64), nn.Dropout(0.3), nn.Linear(64, 8)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        out: torch.Tensor = self.fc2(self.drop(torch.relu(self.fc1(x))))
+        return out
+
+
+def dropout() -> Any:
+    torch.manual_seed(0)
+    return Dropping(), torch.randn(16, 32, generator=torch.Generator().manual_seed(1))
+
+
+def batchnorm() -> Any:
+    """A small convolutional net with BatchNorm, whose running statistics any forward in training mode updates."""
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Conv2d(3, 8, 3), nn.BatchNorm2d(8), nn.ReLU(), nn.Flatten(), nn.Linear(8 * 6 * 6, 4))
+    return model, torch.randn(4, 3, 8, 8, generator=torch.Generator().manual_seed(1))

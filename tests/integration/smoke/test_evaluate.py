@@ -189,3 +189,15 @@ def test_usage_errors_and_a_missing_device(base_env: dict[str, str], tmp_path: P
     missing = fverify(base_env, "--device", "neuron", "--model", MLP, "--record", str(tmp_path / "b"), tmp=tmp_path)
     assert missing.returncode == 3 and "cannot import torch_neuronx" in missing.output
     assert not (tmp_path / "b").exists() and not (tmp_path / "report.json").exists()
+
+
+def test_a_healthy_model_with_dropout_passes_on_the_device(
+    base_env: dict[str, str], sim_env: dict[str, str], tmp_path: Path, forkserver: ForkServer
+) -> None:
+    """Dropout stays on (training mode): the device, the CPU reference and the baseline draw the same masks."""
+    base = record(base_env, tmp_path, "eval_faults:dropout", forkserver)
+    run = compare(_env(sim_env), tmp_path, base, "eval_faults:dropout", forkserver)
+    assert run.returncode == 0, run.output
+    data = json.loads((tmp_path / "compare" / "report.json").read_text())
+    assert all(r["ok"] for r in data["tensors"]) and sum(data["random_ops"].values()) >= 1
+    assert "drew from one CPU generator seeded alike on every side" in (tmp_path / "compare" / "report.md").read_text()
