@@ -19,7 +19,7 @@ from torch import nn
 from torch.utils._python_dispatch import _disable_current_modes
 
 from neuron_smoke.evaluate import inventory as inv
-from neuron_smoke.evaluate import randomness
+from neuron_smoke.evaluate import precision, randomness
 from neuron_smoke.models import ModelSpec
 
 LR = 0.1  # as stage 4: SGD keeps the update linear in the gradient
@@ -108,8 +108,10 @@ def train_step(
     with_inventory: bool = False,
     tracker: Any = None,
     synchronize: Callable[[], None] = lambda: None,
+    at: str = "fp32",
 ) -> Capture:
-    """One step on `device`; every tensor in the Capture is on the CPU. `tracker` is torch_neuronx (or None)."""
+    """One step on `device` at precision `at` (precision.py); every tensor in the Capture is on the CPU. `tracker` is
+    torch_neuronx (or None)."""
     cap = Capture(device=device)
     model, cap.untied = move(spec.model, device)
     args, kwargs = spec.inputs_on(device)
@@ -119,9 +121,11 @@ def train_step(
         tracker.clear_op_tracking()
     with ExitStack() as stack:
         drawn = stack.enter_context(randomness.same_random())  # below the inventory: it sees the model's own ops
+        stack.enter_context(precision.step(at, torch.device(device).type))
         recorded = stack.enter_context(inv.recording(model) if with_inventory else nullcontext())
-        output = model(*args, **kwargs)
-        loss = spec.loss_fn(output)
+        with precision.forward(at, torch.device(device).type):
+            output = model(*args, **kwargs)
+            loss = spec.loss_fn(output)
         torch.autograd.backward(loss)
         grads = {n: _cpu(p.grad) for n, p in model.named_parameters() if p.grad is not None}
         optimizer.step()
@@ -151,6 +155,7 @@ def time_steps(
     iterations: int,
     synchronize: Callable[[], None],
     warm_step: Callable[[], None] | None = None,
+    at: str = "fp32",
 ) -> dict[str, Any]:
     """Forward, loss and backward, bare: the first call, then p50/p95 over `iterations` after `warmup`.
 
@@ -163,7 +168,9 @@ def time_steps(
     def step() -> float:
         start = time.perf_counter()
         model.zero_grad(set_to_none=True)
-        torch.autograd.backward(spec.loss_fn(model(*args, **kwargs)))
+        with precision.forward(at, torch.device(device).type):
+            loss = spec.loss_fn(model(*args, **kwargs))
+        torch.autograd.backward(loss)
         synchronize()
         return time.perf_counter() - start
 

@@ -24,10 +24,12 @@ from neuron_smoke.evaluate.capture import Capture
 
 REFS = ("baseline", "cpu")
 AMPLIFY = 10.0
-# A tensor is measured against at least this fraction of the largest reference value of its kind (gradients,
-# weights, activations, ...): a numerical zero, such as the gradient of a bias that a BatchNorm after it cancels
-# (1e-9 where the other gradients are 1e-1), is rounding noise, not a value whose relative error means anything.
+# A gradient or updated weight is measured against at least this fraction of the largest reference value of its kind:
+# a numerical zero, such as the gradient of a bias that a BatchNorm after it cancels (1e-9 where the other gradients
+# are 1e-1), is rounding noise, not a value whose relative error means anything. Activations keep their own scale:
+# an attention mask's finfo.min would make every other one look exact.
 NEGLIGIBLE = 1e-3
+FLOORED = ("grad", "weight")
 
 
 def _kind(name: str) -> str:
@@ -38,7 +40,7 @@ def floors(reference: Capture) -> dict[str, float]:
     """NEGLIGIBLE times the largest |value| of each kind of tensor in the same-machine CPU run."""
     found: dict[str, float] = {}
     for name, t in reference.tensors.items():
-        if tensors.comparable(t) and t.numel():
+        if _kind(name) in FLOORED and tensors.comparable(t) and t.numel():
             top = float(torch.nan_to_num(t.detach().abs().double(), nan=0.0, posinf=0.0).max())
             found[_kind(name)] = max(found.get(_kind(name), 0.0), top)
     return {kind: NEGLIGIBLE * top for kind, top in found.items()}

@@ -9,9 +9,7 @@ from pathlib import Path
 from neuron_smoke import EXIT_USAGE
 from neuron_smoke.context import Options
 from neuron_smoke.errors import UsageError
-
-# The evaluation's normwise bound when --model-rtol is not given (the stages derive theirs from the dtype instead).
-EVAL_RTOL = 1e-3
+from neuron_smoke.evaluate import PRECISIONS
 
 
 def _positive_int(value: str) -> int:
@@ -27,6 +25,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     g.add_argument("--baseline", type=Path, metavar="DIR", help="compare --model on --device with this baseline")
     g.add_argument("--shapes", metavar="1x128,8x128", help="sweep the first input over these shapes (compiled)")
     g.add_argument("--eval-report", type=Path, metavar="DIR", help="report.json/.md/.html here (--record: DIR)")
+    g.add_argument(
+        "--precision",
+        choices=PRECISIONS,
+        help="how the device computes float32, which sets the bound and the CPU reference (default: the release's "
+        "compiler default, bf16-matmul for neuronx-cc's --auto-cast matmult; see smoke_tests/README.md)",
+    )
     g.add_argument(
         "--full-tensor-limit",
         type=_positive_int,
@@ -53,7 +57,8 @@ def run_evaluation(options: Options, args: argparse.Namespace) -> int:
             shapes=parse_shapes(args.shapes) if args.shapes else None,
             out_dir=args.eval_report,
             report=args.report,
-            rtol=options.model_rtol or EVAL_RTOL,
+            rtol=options.model_rtol,
+            precision=args.precision,
             iterations=options.iterations,
             warmup=options.warmup,
             full_tensor_limit=args.full_tensor_limit or DEFAULT_FULL_LIMIT,

@@ -12,9 +12,9 @@ from typing import Any
 
 import torch
 
-from neuron_smoke import EXIT_CHECK_FAILED, EXIT_DEVICE_MISSING, EXIT_OK
+from neuron_smoke import EXIT_CHECK_FAILED, EXIT_DEVICE_MISSING, EXIT_OK, release_facts
 from neuron_smoke.backends import Backend, resolve
-from neuron_smoke.evaluate import SCHEMA, baseline, capture, compare, identity, readiness, sweep
+from neuron_smoke.evaluate import SCHEMA, baseline, capture, compare, identity, precision, readiness, sweep
 from neuron_smoke.evaluate.tensors import DEFAULT_FULL_LIMIT
 from neuron_smoke.host import host_facts
 from neuron_smoke.models import ModelSpec
@@ -28,7 +28,8 @@ class EvalOptions:
     shapes: list[tuple[int, ...]] | None = None
     out_dir: Path | None = None  # Markdown, HTML and JSON reports
     report: Path | None = None  # the JSON report (--report)
-    rtol: float = 1e-3
+    rtol: float | None = None  # --model-rtol; None: the bound of the precision (precision.bound)
+    precision: str | None = None  # --precision; None: the release's compiler default (release_facts)
     iterations: int = 10
     warmup: int = 3
     full_tensor_limit: int = DEFAULT_FULL_LIMIT
@@ -74,6 +75,7 @@ class Phases:
 
 def evaluate(opts: EvalOptions, spec: ModelSpec) -> int:
     phases = Phases()
+    opts.precision = opts.precision or release_facts.default_precision()
     base = baseline.load(opts.baseline) if opts.baseline else None
     current = identity.fingerprint(spec)
     if base is not None:
@@ -90,13 +92,15 @@ def evaluate(opts: EvalOptions, spec: ModelSpec) -> int:
         return EXIT_DEVICE_MISSING
     data = _header(opts, spec, backend, current, base)
     phases.done("load")
-    print(f"neuron-eval: {spec.name} on {backend.name} ({data['mode']})", flush=True)
+    print(f"neuron-eval: {spec.name} on {backend.name} ({data['mode']}, precision {opts.precision}, rtol "
+          f"{data['rtol']:g})", flush=True)  # fmt: skip
     dev = _measure(data, opts, spec, backend, module, phases)
     if base is not None or backend.device_type != "cpu":
         _compare(data, spec, dev, base, opts)
         phases.done("compare")
     if opts.record:
-        index = {k: data[k] for k in ("model", "device", "host", "versions", "timing", "started", "inventory")}
+        keys = ("model", "device", "host", "versions", "timing", "started", "inventory")
+        index = {k: data[k] for k in keys} | {"precision": opts.precision}
         index["order"] = dev.order
         baseline.save(opts.record, index, dev.tensors, opts.full_tensor_limit)
         data["baseline_written"] = str(opts.record)
@@ -123,7 +127,25 @@ def _header(
         },
         "host": host_facts(),
         "versions": versions(backend),
+        "precision": _precision(opts, spec, base),
         "rtol": opts.rtol,
+    }
+
+
+def _precision(opts: EvalOptions, spec: ModelSpec, base: baseline.Baseline | None) -> dict[str, Any]:
+    """The precision compared at, its note, and the bound (set in opts.rtol): --model-rtol, else the precision's, or
+    the wider of it and the baseline's when the baseline was recorded at another precision."""
+    assert opts.precision is not None
+    recorded = str(base.index.get("precision", "fp32")) if base is not None else None
+    used = {opts.precision, recorded or opts.precision}
+    bound = max(precision.bound(p, spec.model) for p in used)
+    given = opts.rtol is not None
+    opts.rtol = opts.rtol if given else bound
+    return {
+        "name": opts.precision,
+        "note": precision.NOTES[opts.precision],
+        "baseline": recorded,
+        "bound_from": "--model-rtol" if given else " and ".join(sorted(used)),
     }
 
 
@@ -134,15 +156,18 @@ def _measure(
     tracker = module if backend.tracks_fallback and hasattr(module, "get_fallback_ops") else None
     sync = backend.synchronize
     steps: list[capture.Capture] = []
+    at = str(opts.precision)
 
     def instrumented() -> None:  # after the cold first call, as the first warm-up step
         phases.done("timed_steps")
         steps.append(
-            capture.train_step(spec, backend.device_type, with_inventory=True, tracker=tracker, synchronize=sync)
+            capture.train_step(spec, backend.device_type, with_inventory=True, tracker=tracker, synchronize=sync, at=at)
         )
         phases.done("instrumented_step")
 
-    data["timing"] = capture.time_steps(spec, backend.device_type, opts.warmup, opts.iterations, sync, instrumented)
+    data["timing"] = capture.time_steps(
+        spec, backend.device_type, opts.warmup, opts.iterations, sync, instrumented, at=at
+    )
     dev = steps[0]
     assert dev.inventory is not None
     data["inventory"] = dev.inventory.to_list()
@@ -173,12 +198,13 @@ def _compare(
 ) -> None:
     # On the CPU the device run is already the same-machine CPU run; elsewhere a CPU step separates the device's
     # errors from those of the environment the baseline came from.
-    cpu = dev if dev.device == "cpu" else capture.train_step(spec, "cpu")
-    rows = compare.per_tensor(dev, cpu, base, opts.rtol)
+    rtol = float(opts.rtol or 0.0)
+    cpu = dev if dev.device == "cpu" else capture.train_step(spec, "cpu", at=str(opts.precision))
+    rows = compare.per_tensor(dev, cpu, base, rtol)
     data["tensors"] = rows
     data["missing"] = compare.missing(dev, cpu, base)
     data["layers"] = compare.per_layer(rows, dev.order)
-    data["origins"] = {ref: compare.origins(rows, dev.order, ref, opts.rtol) for ref in compare.REFS}
+    data["origins"] = {ref: compare.origins(rows, dev.order, ref, rtol) for ref in compare.REFS}
     if base is not None:
         data["baseline"] = {
             "path": str(base.path),
@@ -191,7 +217,7 @@ def _compare(
     for ref in compare.REFS:
         layers = ", ".join(o["layer"] for o in data["origins"][ref]) or "none"
         print(f"  error starts (vs {ref}): {layers}", flush=True)
-    print(f"  tensors: {len(rows)} compared, {len(bad)} beyond rtol {opts.rtol:g}", flush=True)
+    print(f"  tensors: {len(rows)} compared, {len(bad)} beyond rtol {rtol:g} ({opts.precision})", flush=True)
 
 
 def _failed(data: dict[str, Any]) -> bool:

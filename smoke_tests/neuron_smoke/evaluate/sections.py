@@ -52,6 +52,11 @@ def _summary(data: dict[str, Any]) -> Section:
         bad = [r for r in data["tensors"] if not r["ok"]]
         s.text.append(f"{len(data['tensors'])} tensors compared; {len(bad)} beyond rtol {data['rtol']:g}.")
     s.text.append(f"Readiness findings: {data['readiness']['findings']}.")
+    p = data.get("precision")
+    if p:
+        s.text.append(f"Precision {p['name']}: {p['note']}. Bound rtol {data['rtol']:g} (from {p['bound_from']}).")
+        if p["baseline"] not in (None, p["name"]):
+            s.text.append(f"The baseline was recorded at {p['baseline']}: the wider of the two bounds applies.")
     if data.get("random_ops"):
         drawn = ", ".join(f"{op} x{n}" for op, n in data["random_ops"].items())
         s.text.append(

@@ -142,3 +142,4 @@ def test_a_numerically_zero_tensor_is_measured_against_the_scale_of_its_kind() -
     assert rows["grad/b"]["ok"] and rows["grad/b"]["vs_baseline"] < 1e-5
     assert not rows["grad/w"]["ok"] and rows["grad/w"]["vs_cpu"] == pytest.approx(0.01, rel=1e-5)
     assert compare.floors(cpu) == {"grad": 4e-3, "weight": 4e-3}
+    assert compare.floors(_cap("cpu", {"act/mask/out/0": torch.tensor([-3e38, 0.0])})) == {}

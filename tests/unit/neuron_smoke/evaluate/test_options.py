@@ -59,7 +59,10 @@ def test_the_options_reach_evaluate_with_the_defaults_filled_in(
     [(opts, spec)] = calls
     assert (opts.device, opts.baseline, opts.record, opts.report) == ("cpu", tmp_path, None, Path("r.json"))
     assert opts.shapes == [(2, 32), (4, 32)] and (opts.iterations, opts.warmup) == (4, 1)
-    assert opts.rtol == options.EVAL_RTOL and opts.full_tensor_limit == DEFAULT_FULL_LIMIT
+    assert (
+        opts.rtol is None and opts.precision is None
+    )  # evaluate() takes the precision's bound and the release's default
+    assert opts.full_tensor_limit == DEFAULT_FULL_LIMIT
     assert spec.name == MLP
     args = _parser().parse_args(["--record", str(tmp_path), "--full-tensor-limit", "9"])
     options.run_evaluation(Options(device="cpu", model=MLP, model_rtol=0.25, compile_backend="eager"), args)

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 import torch
 
-from neuron_smoke import EXIT_DEVICE_MISSING, EXIT_OK
+from neuron_smoke import EXIT_DEVICE_MISSING, EXIT_OK, release_facts
 from neuron_smoke.backends import CPU, Backend
 from neuron_smoke.errors import UsageError
 from neuron_smoke.evaluate import SCHEMA, run
@@ -42,7 +42,9 @@ def test_a_scan_writes_only_the_json_report_asked_for(tmp_path: Path, capsys: py
     assert data["readiness"]["findings"] == 0 and data["readiness"]["compile_tried"] is False
     assert data["timing"]["iterations"] == 1 and data["inventory"]
     assert set(data["phases_s"]) >= {"load", "timed_steps", "instrumented_step"}
-    assert "neuron-eval: mlp on cpu (scan)" in capsys.readouterr().out
+    assert (
+        f"neuron-eval: mlp on cpu (scan, precision {release_facts.default_precision()}, rtol" in capsys.readouterr().out
+    )
     run._write(data, _opts())
     assert "(no --report FILE or --eval-report DIR: nothing written)" in capsys.readouterr().out
 
