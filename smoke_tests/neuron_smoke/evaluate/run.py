@@ -14,7 +14,8 @@ import torch
 
 from neuron_smoke import EXIT_CHECK_FAILED, EXIT_DEVICE_MISSING, EXIT_OK, release_facts
 from neuron_smoke.backends import Backend, resolve
-from neuron_smoke.evaluate import SCHEMA, baseline, capture, compare, identity, precision, readiness, sweep
+from neuron_smoke.errors import UsageError
+from neuron_smoke.evaluate import SCHEMA, baseline, capture, compare, failure, identity, precision, readiness, sweep
 from neuron_smoke.evaluate.tensors import DEFAULT_FULL_LIMIT
 from neuron_smoke.host import host_facts
 from neuron_smoke.models import ModelSpec
@@ -80,6 +81,8 @@ def evaluate(opts: EvalOptions, spec: ModelSpec) -> int:
     current = identity.fingerprint(spec)
     if base is not None:
         identity.check(base.index["model"], current, str(opts.baseline))
+    if opts.shapes:
+        sweep.check((spec.args, spec.kwargs), opts.shapes)
     backend = resolve(opts.device)
     try:
         module = _open_device(backend)
@@ -95,21 +98,35 @@ def evaluate(opts: EvalOptions, spec: ModelSpec) -> int:
     print(f"neuron-eval: {spec.name} on {backend.name} ({data['mode']}, precision {opts.precision}, rtol "
           f"{data['rtol']:g})", flush=True)  # fmt: skip
     dev = _measure(data, opts, spec, backend, module, phases)
-    if base is not None or backend.device_type != "cpu":
-        _compare(data, spec, dev, base, opts)
+    if dev is not None and (base is not None or backend.device_type != "cpu"):
+        try:
+            _compare(data, spec, dev, base, opts)
+        except failure.StepFailed as exc:  # the same-machine CPU step
+            data["failure"] = exc.finding | {"phase": f"CPU reference {exc.finding['phase']}"}
         phases.done("compare")
-    if opts.record:
-        keys = ("model", "device", "host", "versions", "timing", "started", "inventory")
-        index = {k: data[k] for k in keys} | {"precision": opts.precision}
-        index["order"] = dev.order
-        baseline.save(opts.record, index, dev.tensors, opts.full_tensor_limit)
-        data["baseline_written"] = str(opts.record)
-        print(f"  baseline: {len(dev.tensors)} tensors -> {opts.record}", flush=True)
+    if dev is not None and opts.record and "failure" not in data:
+        _save(data, opts, dev)
         phases.done("save")
     data["exit_code"] = EXIT_CHECK_FAILED if _failed(data) else EXIT_OK
     data["phases_s"] = phases.seconds  # the reports' own writing is not in them: it happens after
     _write(data, opts)
     return int(data["exit_code"])
+
+
+def _save(data: dict[str, Any], opts: EvalOptions, dev: capture.Capture) -> None:
+    assert opts.record is not None
+    keys = ("model", "device", "host", "versions", "timing", "started", "inventory")
+    index = {k: data[k] for k in keys} | {"precision": opts.precision, "order": dev.order}
+    try:
+        baseline.save(opts.record, index, dev.tensors, opts.full_tensor_limit)
+    except UsageError:
+        raise
+    except Exception as exc:  # nothing half-written (save writes beside and moves in place); the report says why
+        data["failure"] = failure.finding(exc, "saving the baseline", None, None)
+        print(f"  baseline not written: {data['failure']['error']}", flush=True)
+        return
+    data["baseline_written"] = str(opts.record)
+    print(f"  baseline: {len(dev.tensors)} tensors -> {opts.record}", flush=True)
 
 
 def _header(
@@ -149,9 +166,31 @@ def _precision(opts: EvalOptions, spec: ModelSpec, base: baseline.Baseline | Non
     }
 
 
+def _locate(error: Exception, spec: ModelSpec, device_type: str, at: str) -> dict[str, Any]:
+    """Where the step failed: the instrumented step says (op, module, line); a failure in the bare first step is
+    located by running the instrumented step once more."""
+    if isinstance(error, failure.StepFailed):
+        return error.finding
+    try:
+        capture.train_step(spec, device_type, with_inventory=True, at=at)
+    except failure.StepFailed as located:
+        return located.finding
+    except Exception:
+        pass
+    return failure.finding(error, "forward", None, None)
+
+
+def _step_failed(data: dict[str, Any], found: dict[str, Any], spec: ModelSpec) -> None:
+    data["failure"] = found
+    data.update(timing=None, inventory=[], fallback_ops=None, random_ops={})
+    data["readiness"] = readiness.scan(spec.model, None, None, None) | {"compile_tried": False, "untied": []}
+    print(f"  step failed ({found['phase']}): {found['error']}; module {found['module'] or '-'}, op "
+          f"{found['op'] or '-'}, at {found['where'] or '-'}", flush=True)  # fmt: skip
+
+
 def _measure(
     data: dict[str, Any], opts: EvalOptions, spec: ModelSpec, backend: Backend, module: Any, phases: Phases
-) -> capture.Capture:
+) -> capture.Capture | None:
     """The instrumented step (inventory, activations, fallback), the bare timed steps, the sweep, readiness."""
     tracker = module if backend.tracks_fallback and hasattr(module, "get_fallback_ops") else None
     sync = backend.synchronize
@@ -165,9 +204,13 @@ def _measure(
         )
         phases.done("instrumented_step")
 
-    data["timing"] = capture.time_steps(
-        spec, backend.device_type, opts.warmup, opts.iterations, sync, instrumented, at=at
-    )
+    try:
+        data["timing"] = capture.time_steps(
+            spec, backend.device_type, opts.warmup, opts.iterations, sync, instrumented, at=at
+        )
+    except Exception as exc:  # the user's model raised: a finding, and the report still written
+        _step_failed(data, _locate(exc, spec, backend.device_type, at), spec)
+        return None
     dev = steps[0]
     assert dev.inventory is not None
     data["inventory"] = dev.inventory.to_list()
@@ -221,6 +264,8 @@ def _compare(
 
 
 def _failed(data: dict[str, Any]) -> bool:
+    if "failure" in data:
+        return True
     if any(not r["ok"] for r in data.get("tensors", [])):
         return True
     gone = data.get("missing", {})

@@ -25,7 +25,7 @@ def build_sections(data: dict[str, Any]) -> list[Section]:
     sections = [_summary(data)]
     if "tensors" in data:
         sections += [_origins(data), _layers(data), _tensors(data)]
-    sections += [_timing(data), _readiness(data)]
+    sections += ([_timing(data)] if data.get("timing") else []) + [_readiness(data)]
     if data["readiness"]["fallback"]:
         sections.append(_fallback(data))
     if "sweep" in data:
@@ -42,6 +42,12 @@ def _summary(data: dict[str, Any]) -> Section:
         f"{d['backend']} (compile backend {d['compile_backend']}); torch {v['torch']}, torch-neuronx "
         f"{v.get('torch-neuronx')}; exit code {data.get('exit_code')}."
     )
+    if data.get("failure"):
+        f = data["failure"]
+        s.text.append(
+            f"The step failed ({f['phase']}): {f['error']}; module {f['module'] or '-'}, op {f['op'] or '-'}, at "
+            f"{f['where'] or '-'}. Nothing after it was measured."
+        )
     if "baseline" in data:
         b = data["baseline"]
         s.text.append(

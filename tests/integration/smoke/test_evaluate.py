@@ -217,3 +217,40 @@ def test_a_batchnorm_model_recorded_with_other_cpu_kernels_is_compared_not_refus
     run = compare(_env(sim_env), tmp_path, base, "eval_faults:batchnorm", forkserver)
     assert run.returncode == 0, run.output
     assert "not seeded" not in run.output
+
+
+@pytest.mark.parametrize("model", ["sparse", "vmap", "fragile"])
+def test_the_models_the_scan_is_for_give_findings_and_a_report_not_a_traceback(
+    model: str, sim_env: dict[str, str], tmp_path: Path, forkserver: ForkServer
+) -> None:
+    """A sparse buffer, vmap over a submodule, an op that raises on the device: recorded on the device, each gives a
+    report (the failing op a finding with its module and line) and no traceback."""
+    out = tmp_path / "b"
+    run = verify(_env(sim_env), "--device", "neuron", "--model", f"eval_faults:{model}", "--record", str(out),
+                 *FAST, tmp=tmp_path, timeout=TIMEOUT, forked=forkserver)  # fmt: skip
+    assert "Traceback" not in run.output and "internal error" not in run.output, run.output
+    data = json.loads((out / "report.json").read_text())
+    if model == "fragile":
+        assert run.returncode == 1 and not (out / "index.json").exists()  # no baseline of a step that failed
+        found = data["failure"]
+        assert (found["phase"], found["module"]) == ("forward", "odd")
+        assert found["where"] == f"{HERE / 'eval_faults.py'}:{_line_of('raise RuntimeError')}"
+        assert "not implemented for the neuron device" in found["error"] and "step failed (forward)" in run.output
+        assert "The step failed (forward)" in (out / "report.md").read_text()
+    elif model == "sparse":  # the device has no sparse layout: the move fails, naming the buffer
+        assert run.returncode == 1 and not (out / "index.json").exists()
+        found = data["failure"]
+        assert (found["phase"], found["module"], found["op"]) == (
+            "moving the model to neuron",
+            "(root)",
+            "mask (sparse_coo)",
+        )
+        assert "Sparseneuron" in found["error"]
+    else:
+        assert run.returncode == 0, run.output
+        assert "func" in {u["area"] for u in data["readiness"]["unsupported"]}
+
+
+def _line_of(text: str) -> int:
+    lines = (HERE / "eval_faults.py").read_text().splitlines()
+    return next(i for i, line in enumerate(lines, 1) if text in line)

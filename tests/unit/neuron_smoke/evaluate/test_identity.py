@@ -117,3 +117,13 @@ def test_a_loaded_model_is_fingerprinted_as_the_factory_made_it_before_any_forwa
     assert identity.fingerprint(loaded) == identity.fingerprint(_spec(fresh, x, name=loaded.name))
     assert torch.equal(loaded.model.get_buffer("1.running_mean"), torch.zeros(3))
     assert int(loaded.model.get_buffer("1.num_batches_tracked")) == 0
+
+
+def test_a_sparse_buffer_is_fingerprinted_by_its_values() -> None:
+    model = nn.Linear(2, 2)
+    model.register_buffer("mask", torch.eye(2).to_sparse())
+    found = identity.fingerprint(_spec(model, torch.zeros(1, 2)))
+    dense = nn.Linear(2, 2)
+    dense.load_state_dict(model.state_dict(), strict=False)
+    dense.register_buffer("mask", torch.eye(2))
+    assert found["state_sha256"] == identity.fingerprint(_spec(dense, torch.zeros(1, 2)))["state_sha256"]
