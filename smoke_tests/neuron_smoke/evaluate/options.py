@@ -19,6 +19,15 @@ def _positive_int(value: str) -> int:
     return number
 
 
+def _fail_on(value: str) -> tuple[str, ...]:
+    from neuron_smoke.evaluate.verdict import parse_fail_on
+
+    try:
+        return parse_fail_on(value)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
 def add_arguments(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group("model evaluation (instead of the stages; see smoke_tests/README.md)")
     g.add_argument("--record", type=Path, metavar="DIR", help="record a baseline of --model on --device into DIR")
@@ -30,6 +39,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         choices=PRECISIONS,
         help="how the device computes float32, which sets the bound and the CPU reference (default: the release's "
         "compiler default, bf16-matmul for neuronx-cc's --auto-cast matmult; see smoke_tests/README.md)",
+    )
+    g.add_argument(
+        "--fail-on",
+        type=_fail_on,
+        metavar="readiness,fallback,compile,numerics",
+        help="the kinds of finding that make the verdict 'not ready' and the exit code 1 (numerics)",
     )
     g.add_argument(
         "--full-tensor-limit",
@@ -48,6 +63,7 @@ def run_evaluation(options: Options, args: argparse.Namespace) -> int:
     from neuron_smoke.evaluate.run import EvalOptions, evaluate
     from neuron_smoke.evaluate.shapes import parse_shapes
     from neuron_smoke.evaluate.tensors import DEFAULT_FULL_LIMIT
+    from neuron_smoke.evaluate.verdict import DEFAULT_FAIL_ON
 
     try:
         opts = EvalOptions(  # the options were checked before torch was imported (validate.check_evaluation)
@@ -59,6 +75,7 @@ def run_evaluation(options: Options, args: argparse.Namespace) -> int:
             report=args.report,
             rtol=options.model_rtol,
             precision=args.precision,
+            fail_on=args.fail_on or DEFAULT_FAIL_ON,
             iterations=options.iterations,
             warmup=options.warmup,
             full_tensor_limit=args.full_tensor_limit or DEFAULT_FULL_LIMIT,

@@ -15,7 +15,18 @@ import torch
 from neuron_smoke import EXIT_CHECK_FAILED, EXIT_DEVICE_MISSING, EXIT_OK, release_facts
 from neuron_smoke.backends import Backend, resolve
 from neuron_smoke.errors import UsageError
-from neuron_smoke.evaluate import SCHEMA, baseline, capture, compare, failure, identity, precision, readiness, sweep
+from neuron_smoke.evaluate import (
+    SCHEMA,
+    baseline,
+    capture,
+    compare,
+    failure,
+    identity,
+    precision,
+    readiness,
+    sweep,
+    verdict,
+)
 from neuron_smoke.evaluate.tensors import DEFAULT_FULL_LIMIT
 from neuron_smoke.host import host_facts
 from neuron_smoke.models import ModelSpec
@@ -31,6 +42,7 @@ class EvalOptions:
     report: Path | None = None  # the JSON report (--report)
     rtol: float | None = None  # --model-rtol; None: the bound of the precision (precision.bound)
     precision: str | None = None  # --precision; None: the release's compiler default (release_facts)
+    fail_on: tuple[str, ...] = verdict.DEFAULT_FAIL_ON
     iterations: int = 10
     warmup: int = 3
     full_tensor_limit: int = DEFAULT_FULL_LIMIT
@@ -107,7 +119,11 @@ def evaluate(opts: EvalOptions, spec: ModelSpec) -> int:
     if dev is not None and opts.record and "failure" not in data:
         _save(data, opts, dev)
         phases.done("save")
-    data["exit_code"] = EXIT_CHECK_FAILED if _failed(data) else EXIT_OK
+    data["verdict"] = verdict.judge(data, opts.fail_on)
+    data["exit_code"] = EXIT_CHECK_FAILED if data["verdict"]["answer"] == "not ready" else EXIT_OK
+    for line in verdict.top_findings(data):
+        print(f"  - {line}", flush=True)
+    print(data["verdict"]["banner"], flush=True)
     data["phases_s"] = phases.seconds  # the reports' own writing is not in them: it happens after
     _write(data, opts)
     return int(data["exit_code"])
@@ -261,15 +277,6 @@ def _compare(
         layers = ", ".join(o["layer"] for o in data["origins"][ref]) or "none"
         print(f"  error starts (vs {ref}): {layers}", flush=True)
     print(f"  tensors: {len(rows)} compared, {len(bad)} beyond rtol {rtol:g} ({opts.precision})", flush=True)
-
-
-def _failed(data: dict[str, Any]) -> bool:
-    if "failure" in data:
-        return True
-    if any(not r["ok"] for r in data.get("tensors", [])):
-        return True
-    gone = data.get("missing", {})
-    return bool(gone.get("only_in_baseline") or gone.get("only_in_cpu_run"))
 
 
 def _print_timing(t: dict[str, Any]) -> None:

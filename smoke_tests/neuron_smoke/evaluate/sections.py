@@ -37,6 +37,8 @@ def build_sections(data: dict[str, Any]) -> list[Section]:
 def _summary(data: dict[str, Any]) -> Section:
     m, d, v = data["model"], data["device"], data["versions"]
     s = Section("Summary")
+    if "verdict" in data:
+        s.text.append(f"**{data['verdict']['banner']}**")
     s.text.append(
         f"Mode {data['mode']}; model {m['name']} ({m['class']}, {m['parameters']:,} parameters); device "
         f"{d['backend']} (compile backend {d['compile_backend']}); torch {v['torch']}, torch-neuronx "

@@ -137,6 +137,11 @@ def test_a_fallback_op_appears_under_the_module_that_calls_it(
         {"op": "aten::relu", "module": "act2", "calls": 1},
     ]
     assert (tmp_path / "compare" / "report-fallback.png").is_file()
+    assert "verdict: ready with findings (readiness 0, fallback 2, compile 0, numerics 0" in run.output
+    assert "  - fell back to CPU: aten::gelu [module act1]" in run.output
+    strict = compare(_env(sim_env, NEURON_SIM_FALLBACK_OPS="aten::gelu"), tmp_path, mlp_baseline, MLP, forkserver,
+                     "--fail-on", "fallback,numerics")  # fmt: skip
+    assert strict.returncode == 1 and "verdict: not ready (readiness 0, fallback 1," in strict.output
 
 
 def test_a_baseline_of_another_model_or_input_is_refused(

@@ -14,7 +14,7 @@ import torch
 from neuron_smoke import EXIT_DEVICE_MISSING, EXIT_OK, release_facts
 from neuron_smoke.backends import CPU, Backend
 from neuron_smoke.errors import UsageError
-from neuron_smoke.evaluate import SCHEMA, run
+from neuron_smoke.evaluate import SCHEMA, run, verdict
 from neuron_smoke.examples import mlp
 from neuron_smoke.models import ModelSpec
 
@@ -112,7 +112,7 @@ def _row(ok: bool) -> dict[str, Any]:
     ],
 )
 def test_a_tensor_beyond_rtol_or_one_gone_fails_the_run(data: dict[str, Any], failed: bool) -> None:
-    assert run._failed(data) is failed
+    assert (verdict.judge(data, verdict.DEFAULT_FAIL_ON)["answer"] == "not ready") is failed
 
 
 def test_versions_name_every_distribution_or_say_it_is_not_installed() -> None:
