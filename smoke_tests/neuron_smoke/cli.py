@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import math
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -38,8 +39,8 @@ def _csv(value: str) -> list[str]:
 def _positive(kind: Callable[[str], float]) -> Callable[[str], float]:
     def parse(value: str) -> float:
         number = kind(value)
-        if number <= 0:
-            raise argparse.ArgumentTypeError(f"must be > 0: {value}")
+        if not number > 0 or not math.isfinite(number):  # nan compares false both ways
+            raise argparse.ArgumentTypeError(f"must be a finite number > 0: {value}")
         return number
 
     return parse

@@ -141,9 +141,13 @@ def load(spec: str | None) -> ModelSpec:
 
 
 def _check_on_cpu(spec: ModelSpec) -> None:
-    """One forward and loss on the CPU, so that a broken contract is a usage error before any stage runs."""
+    """One forward and loss on the CPU, so that a broken contract is a usage error before any stage runs. The model is
+    left as the factory made it: buffers a forward updates (BatchNorm's running statistics, which differ with the
+    CPU's kernels) are put back and the random state is not advanced, so what the evaluation fingerprints and every
+    run starts from is the factory's model, before any forward."""
+    buffers = [(b, b.detach().clone()) for b in spec.model.buffers()]
     try:
-        with torch.no_grad():
+        with torch.no_grad(), torch.random.fork_rng(devices=[]):
             loss = spec.loss_fn(spec.model(*spec.args, **spec.kwargs))
     except UsageError:
         raise
@@ -151,6 +155,10 @@ def _check_on_cpu(spec: ModelSpec) -> None:
         raise UsageError(
             f"--model {spec.name}: the model or loss_fn fails on the CPU: {type(exc).__name__}: {exc}"
         ) from exc
+    finally:
+        with torch.no_grad():
+            for buffer, saved in buffers:
+                buffer.copy_(saved)
     if not isinstance(loss, torch.Tensor) or loss.numel() != 1 or not loss.is_floating_point():
         raise UsageError(f"--model {spec.name}: loss_fn did not return a floating-point scalar tensor; {CONTRACT}")
 

@@ -60,3 +60,13 @@ def fabric() -> dict[str, Any]:
         "efa_undocumented": [str(t) for t in table.get("efa_undocumented") or []],
         "source": str(path()),
     }
+
+
+def default_precision() -> str:
+    """The precision the release's compiler computes float32 at by default (the model evaluation's --precision), or
+    a usage error when the facts name none."""
+    found = load().get("compiler")
+    precision = str(found.get("default_precision") or "") if isinstance(found, dict) else ""
+    if not precision:
+        raise UsageError(f"{path()}: the release facts name no default compiler precision; pass --precision")
+    return precision

@@ -9,10 +9,12 @@ from typing import Any
 
 from neuron_torch.errors import MatrixError
 from neuron_torch.model import (
+    PRECISIONS,
     AptPackage,
     AptRepo,
     AptScope,
     Cell,
+    Compiler,
     Fabric,
     Family,
     Index,
@@ -164,6 +166,7 @@ INSTANCE: dict[str, FieldReader] = {
 # Optional per instance type: absent is 0, "not documented".
 INSTANCE_OPTIONAL: dict[str, FieldReader] = {"efa_devices": Reader.whole}
 FABRIC: dict[str, FieldReader] = {"provider": Reader.text, "note": Reader.optional}
+COMPILER: dict[str, FieldReader] = {"default_precision": Reader.text, "note": Reader.optional}
 APT: dict[str, FieldReader] = {"url": Reader.text, "key_url": Reader.text}
 APT_AFTER_KEY: dict[str, FieldReader] = {"keyring": Reader.text, "component": Reader.text}
 
@@ -214,6 +217,7 @@ def parse(data: Mapping[str, Any], path: Path, root: Path) -> Matrix:
         manifest=_manifest(r, data, root),
         cells=cells,
         fabric=_fabric(r, data),
+        compiler=_compiler(r, data),
     )
     if release.default_cell not in {c.id for c in cells}:
         raise r.fail("release.default_cell", f"'{release.default_cell}' is not one of the matrix's cells")
@@ -281,6 +285,17 @@ def _fabric(r: Reader, data: Mapping[str, Any]) -> Fabric:
     if not re.fullmatch(r"[a-z][a-z0-9_]*(;[a-z][a-z0-9_]*)*", fabric.provider):
         raise r.fail("fabric.provider", f"'{fabric.provider}' is not a libfabric provider name (such as efa or tcp)")
     return fabric
+
+
+def _compiler(r: Reader, data: Mapping[str, Any]) -> Compiler:
+    if "compiler" not in data:
+        return Compiler()
+    compiler = Compiler(**r.record(r.table(data, "compiler"), "compiler.", COMPILER))
+    if compiler.default_precision not in PRECISIONS:
+        raise r.fail(
+            "compiler.default_precision", f"'{compiler.default_precision}' is not one of {', '.join(PRECISIONS)}"
+        )
+    return compiler
 
 
 def _apt(r: Reader, data: Mapping[str, Any]) -> AptRepo:

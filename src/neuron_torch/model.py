@@ -221,6 +221,19 @@ class Fabric:
     note: str = ""
 
 
+# The precisions verify-device's model evaluation can compare at (--precision): float32 throughout, float32 matmuls
+# at bfloat16 input precision (neuronx-cc's --auto-cast matmult --auto-cast-type bf16), or torch.autocast(bfloat16).
+PRECISIONS = ("fp32", "bf16-matmul", "bf16-autocast")
+
+
+@dataclass(frozen=True)
+class Compiler:
+    """How the release's compiler computes float32 by default (one of PRECISIONS); "" when not named."""
+
+    default_precision: str = ""
+    note: str = ""
+
+
 @dataclass(frozen=True)
 class Matrix:
     """The release as constraints/matrix.toml states it, checked (matrix_schema.py), with the folders it names
@@ -244,6 +257,7 @@ class Matrix:
     manifest: VendoredManifest | None = None
     cells: tuple[Cell, ...] = field(default=())
     fabric: Fabric = field(default=Fabric())
+    compiler: Compiler = field(default=Compiler())
 
     @property
     def pythons(self) -> tuple[str, ...]:

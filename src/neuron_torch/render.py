@@ -93,6 +93,7 @@ def instance_facts(matrix: Matrix) -> dict[str, object]:
             "efa_devices": {i.type: i.efa_devices for i in instances if i.efa_devices},
             "efa_undocumented": sorted(i.type for i in instances if not i.efa_devices),
         },
+        "compiler": {"default_precision": matrix.compiler.default_precision, "note": matrix.compiler.note},
     }
 
 

@@ -70,12 +70,23 @@ def save(path: Path, index: dict[str, Any], captured: dict[str, torch.Tensor], l
             index["format"] = "torch.save"
         # Compact: the indented encoder is pure Python and costs more than the step it records.
         (tmp / "index.json").write_text(json.dumps(index, separators=(",", ":")) + "\n", encoding="utf-8")
+        _user_modes(tmp)
         if path.exists():
             shutil.rmtree(path) if _is_baseline(path) else _refuse_overwrite(path)
         os.replace(tmp, path)
     finally:
         if tmp.exists():
             shutil.rmtree(tmp)
+
+
+def _user_modes(folder: Path) -> None:
+    """The modes the user's umask gives new files: mkdtemp makes the folder 0700 and safetensors its file 0600, but a
+    baseline is made to be handed to a colleague."""
+    mask = os.umask(0o22)
+    os.umask(mask)
+    folder.chmod(0o777 & ~mask)
+    for f in folder.iterdir():
+        f.chmod(0o666 & ~mask)
 
 
 def _is_baseline(path: Path) -> bool:

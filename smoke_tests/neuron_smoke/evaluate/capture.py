@@ -18,6 +18,7 @@ import torch
 from torch import nn
 from torch.utils._python_dispatch import _disable_current_modes
 
+from neuron_smoke.evaluate import failure, precision, randomness
 from neuron_smoke.evaluate import inventory as inv
 from neuron_smoke.models import ModelSpec
 
@@ -55,6 +56,8 @@ class Capture:
     inventory: inv.Inventory | None = None
     fallback_ops: list[str] | None = None
     untied: list[str] = field(default_factory=list)
+    under_transform: set[str] = field(default_factory=set)  # modules run inside torch.func transforms: not captured
+    random_ops: dict[str, int] = field(default_factory=dict)  # op -> calls drawn from the shared seeded generator
 
 
 def float_leaves(value: Any) -> list[torch.Tensor]:
@@ -80,6 +83,9 @@ def _hook_modules(model: nn.Module, cap: Capture) -> list[Any]:
 
     def make(name: str) -> Callable[..., None]:
         def hook(_mod: nn.Module, args: Any, kwargs: Any, out: Any) -> None:
+            if inv.transform_active():  # batched or functional tensors of a vmap/grad: no values of their own
+                cap.under_transform.add(name)
+                return
             calls = seen[name] = seen.get(name, 0) + 1
             key = name if calls == 1 else f"{name}#{calls}"
             cap.order.append(key)
@@ -98,6 +104,46 @@ def _hook_modules(model: nn.Module, cap: Capture) -> list[Any]:
     return handles
 
 
+def _locating(model: nn.Module) -> tuple[list[str], list[Any]]:
+    """The modules whose forward is running, innermost last (an exception leaves them there), and the hooks' handles."""
+    active: list[str] = []
+
+    def enter(label: str) -> Callable[..., None]:
+        return lambda *_: active.append(label)
+
+    def leave(*_: Any) -> None:
+        if active:
+            active.pop()
+
+    handles = []
+    for name, module in model.named_modules():
+        handles.append(module.register_forward_pre_hook(enter(name or inv.ROOT)))
+        handles.append(module.register_forward_hook(leave))
+    return active, handles
+
+
+def _moved(spec: ModelSpec, device: str) -> tuple[nn.Module, list[str], tuple[Any, ...], dict[str, Any]]:
+    """The model and inputs on `device`; a move that fails (a sparse buffer the device has no layout for) names the
+    first tensor of the model not in the strided layout, or the model."""
+    try:
+        model, untied = move(spec.model, device)
+        args, kwargs = spec.inputs_on(device)
+    except Exception as exc:
+        named = [*spec.model.named_parameters(), *spec.model.named_buffers()]
+        odd = next((n for n, t in named if t.layout != torch.strided), None)
+        module = (odd.rpartition(".")[0] or inv.ROOT) if odd else None
+        found = failure.finding(exc, f"moving the model to {device}", module, f"{odd} ({named_layout(spec, odd)})")
+        raise failure.StepFailed(found if odd else found | {"op": None}) from exc
+    return model, untied, args, kwargs
+
+
+def named_layout(spec: ModelSpec, name: str | None) -> str:
+    if name is None:
+        return "-"
+    tensor = dict([*spec.model.named_parameters(), *spec.model.named_buffers()])[name]
+    return str(tensor.layout).removeprefix("torch.")
+
+
 def train_step(
     spec: ModelSpec,
     device: str,
@@ -106,28 +152,52 @@ def train_step(
     with_inventory: bool = False,
     tracker: Any = None,
     synchronize: Callable[[], None] = lambda: None,
+    at: str = "fp32",
 ) -> Capture:
-    """One step on `device`; every tensor in the Capture is on the CPU. `tracker` is torch_neuronx (or None)."""
+    """One step on `device` at precision `at` (precision.py); every tensor in the Capture is on the CPU. `tracker` is
+    torch_neuronx (or None). A step that raises raises failure.StepFailed, naming the op, module and line."""
     cap = Capture(device=device)
-    model, cap.untied = move(spec.model, device)
-    args, kwargs = spec.inputs_on(device)
+    model, cap.untied, args, kwargs = _moved(spec, device)
     optimizer = torch.optim.SGD(model.parameters(), lr=LR, momentum=0.9)
-    handles = _hook_modules(model, cap) if activations else []
+    active, handles = _locating(model)
+    handles += _hook_modules(model, cap) if activations else []
     if tracker is not None:
         tracker.clear_op_tracking()
     with ExitStack() as stack:
+        drawn = stack.enter_context(randomness.same_random())  # below the inventory: it sees the model's own ops
+        stack.enter_context(precision.step(at, torch.device(device).type))
         recorded = stack.enter_context(inv.recording(model) if with_inventory else nullcontext())
-        output = model(*args, **kwargs)
-        loss = spec.loss_fn(output)
-        torch.autograd.backward(loss)
-        grads = {n: _cpu(p.grad) for n, p in model.named_parameters() if p.grad is not None}
-        optimizer.step()
-        synchronize()
-    for h in handles:
-        h.remove()
+        phase = "forward"
+        try:
+            with precision.forward(at, torch.device(device).type):
+                output = model(*args, **kwargs)
+                loss = spec.loss_fn(output)
+            phase = "backward"
+            torch.autograd.backward(loss)
+            grads = {n: _cpu(p.grad) for n, p in model.named_parameters() if p.grad is not None}
+            phase = "optimizer step"
+            optimizer.step()
+            synchronize()
+        except Exception as exc:
+            raise _failed(exc, phase, active, recorded) from exc
+        finally:
+            for h in handles:
+                h.remove()
     if tracker is not None:
         cap.fallback_ops = sorted({str(op) for op in tracker.get_fallback_ops()})
+    cap.random_ops = dict(sorted(drawn.items()))
     cap.inventory = recorded if isinstance(recorded, inv.Inventory) else None
+    _keep(cap, model, output, loss, grads)
+    return cap
+
+
+def _failed(error: Exception, phase: str, active: list[str], recorded: Any) -> failure.StepFailed:
+    raised = recorded.recorder.failed if isinstance(recorded, inv.Inventory) and recorded.recorder else None
+    module = active[-1] if active else (raised[1] if raised else None)
+    return failure.StepFailed(failure.finding(error, phase, module, raised[0] if raised else None))
+
+
+def _keep(cap: Capture, model: nn.Module, output: Any, loss: torch.Tensor, grads: dict[str, torch.Tensor]) -> None:
     for i, t in enumerate(float_leaves(output)):
         cap.tensors[f"output/{i}"] = _cpu(t)
     cap.tensors["loss"] = _cpu(loss)
@@ -137,7 +207,6 @@ def train_step(
     for n, p in model.named_parameters():
         cap.tensors[f"weight/{n}"] = _cpu(p)
         cap.layer_of[f"weight/{n}"] = n.rpartition(".")[0] or inv.ROOT
-    return cap
 
 
 def time_steps(
@@ -147,6 +216,7 @@ def time_steps(
     iterations: int,
     synchronize: Callable[[], None],
     warm_step: Callable[[], None] | None = None,
+    at: str = "fp32",
 ) -> dict[str, Any]:
     """Forward, loss and backward, bare: the first call, then p50/p95 over `iterations` after `warmup`.
 
@@ -159,7 +229,9 @@ def time_steps(
     def step() -> float:
         start = time.perf_counter()
         model.zero_grad(set_to_none=True)
-        torch.autograd.backward(spec.loss_fn(model(*args, **kwargs)))
+        with precision.forward(at, torch.device(device).type):
+            loss = spec.loss_fn(model(*args, **kwargs))
+        torch.autograd.backward(loss)
         synchronize()
         return time.perf_counter() - start
 

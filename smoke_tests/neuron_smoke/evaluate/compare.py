@@ -24,12 +24,32 @@ from neuron_smoke.evaluate.capture import Capture
 
 REFS = ("baseline", "cpu")
 AMPLIFY = 10.0
+# A gradient or updated weight is measured against at least this fraction of the largest reference value of its kind:
+# a numerical zero, such as the gradient of a bias that a BatchNorm after it cancels (1e-9 where the other gradients
+# are 1e-1), is rounding noise, not a value whose relative error means anything. Activations keep their own scale:
+# an attention mask's finfo.min would make every other one look exact.
+NEGLIGIBLE = 1e-3
+FLOORED = ("grad", "weight")
 
 
-def _error(name: str, value: torch.Tensor, baseline: Baseline) -> float | None:
+def _kind(name: str) -> str:
+    return name.split("/")[0]
+
+
+def floors(reference: Capture) -> dict[str, float]:
+    """NEGLIGIBLE times the largest |value| of each kind of tensor in the same-machine CPU run."""
+    found: dict[str, float] = {}
+    for name, t in reference.tensors.items():
+        if _kind(name) in FLOORED and tensors.comparable(t) and t.numel():
+            top = float(torch.nan_to_num(t.detach().abs().double(), nan=0.0, posinf=0.0).max())
+            found[_kind(name)] = max(found.get(_kind(name), 0.0), top)
+    return {kind: NEGLIGIBLE * top for kind, top in found.items()}
+
+
+def _error(name: str, value: torch.Tensor, baseline: Baseline, floor: float) -> float | None:
     full = baseline.full(name)
     if full is not None:
-        return tensors.normwise(value, full)
+        return tensors.normwise(value, full, floor)
     sk = baseline.sketch(name)
     if sk is not None:
         if list(value.shape) != baseline.index["tensors"][name]["shape"]:
@@ -41,21 +61,23 @@ def _error(name: str, value: torch.Tensor, baseline: Baseline) -> float | None:
 def per_tensor(device: Capture, cpu: Capture, baseline: Baseline | None, rtol: float) -> list[dict[str, Any]]:
     rows = []
     names = [n for n, t in device.tensors.items() if tensors.comparable(t)]
+    floor_of = floors(cpu)
     for name in names:
         value = device.tensors[name]
         ref_cpu = cpu.tensors.get(name)
+        floor = floor_of.get(_kind(name), 0.0)
         row: dict[str, Any] = {
             "tensor": name,
             "layer": device.layer_of.get(name),
             "shape": list(value.shape),
-            "vs_cpu": tensors.normwise(value, ref_cpu) if ref_cpu is not None else None,
+            "vs_cpu": tensors.normwise(value, ref_cpu, floor) if ref_cpu is not None else None,
             "vs_baseline": None,
             "cpu_vs_baseline": None,
         }
         if baseline is not None and name in baseline.index["tensors"]:
-            row["vs_baseline"] = _error(name, value, baseline)
+            row["vs_baseline"] = _error(name, value, baseline, floor)
             if ref_cpu is not None:
-                row["cpu_vs_baseline"] = _error(name, ref_cpu, baseline)
+                row["cpu_vs_baseline"] = _error(name, ref_cpu, baseline, floor)
         row["ok"] = all(row[k] is None or row[k] <= rtol for k in ("vs_cpu", "vs_baseline"))
         row["source"] = _source(row, rtol)
         rows.append(row)

@@ -19,7 +19,8 @@ from neuron_smoke.models import ModelSpec
 def _digest(named: list[tuple[str, torch.Tensor]]) -> str:
     h = hashlib.sha256()
     for name, t in named:
-        c = t.detach().cpu().contiguous()
+        c = t.detach().cpu()
+        c = (c.to_dense() if c.layout != torch.strided else c).contiguous()  # a sparse buffer: its values
         h.update(f"{name}|{list(c.shape)}|{c.dtype}|".encode())
         h.update(ctypes.string_at(c.data_ptr(), c.numel() * c.element_size()) if c.numel() else b"")
     return h.hexdigest()

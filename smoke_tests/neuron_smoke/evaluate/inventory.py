@@ -63,7 +63,7 @@ def op_name(func: Any) -> str:
     return f"{func._schema.name}.{func._overloadname}"
 
 
-def _transform_active() -> bool:
+def transform_active() -> bool:
     return torch._C._functorch.peek_interpreter_stack() is not None
 
 
@@ -73,6 +73,7 @@ class _Recorder(TorchDispatchMode):  # type: ignore[no-untyped-call]  # untyped 
         self.tracker = tracker
         self.root_prefix = root_prefix
         self.records: dict[tuple[str, str, str], OpRecord] = {}
+        self.failed: tuple[str, str, str] | None = None  # (op, module, phase) of an op that raised
 
     def _module(self) -> str:
         parents = [p for p in self.tracker.parents if p.startswith(self.root_prefix)]
@@ -95,7 +96,11 @@ class _Recorder(TorchDispatchMode):  # type: ignore[no-untyped-call]  # untyped 
                 rec.layouts.add(str(t.layout).removeprefix("torch."))
             if t.is_nested:
                 rec.nested = True
-        return func(*args, **kwargs)
+        try:
+            return func(*args, **kwargs)
+        except Exception:
+            self.failed = self.failed or key
+            raise
 
     def note_transform(self, func: Any) -> None:
         """A torch function called inside a torch.func transform (the dispatch mode sees only the unbatched ops)."""
@@ -114,7 +119,7 @@ class _TransformWatch(TorchFunctionMode):
         self.recorder = recorder
 
     def __torch_function__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
-        if _transform_active():
+        if transform_active():
             self.recorder.note_transform(func)
         return func(*args, **(kwargs or {}))
 
@@ -122,6 +127,7 @@ class _TransformWatch(TorchFunctionMode):
 @dataclass
 class Inventory:
     records: list[OpRecord] = field(default_factory=list)
+    recorder: _Recorder | None = None  # while recording: where an op raised
 
     def to_list(self) -> list[dict[str, Any]]:
         return [r.to_dict() for r in sorted(self.records, key=lambda r: (r.phase != "forward", r.module, r.op))]
@@ -141,7 +147,8 @@ def recording(model: torch.nn.Module) -> Iterator[Inventory]:
     """Record the ops dispatched inside the block; the Inventory is filled when the block exits."""
     tracker = ModuleTracker()
     inventory = Inventory()
-    recorder = _Recorder(tracker, type(model).__name__)
+    recorder = inventory.recorder = _Recorder(tracker, type(model).__name__)
     with tracker, recorder, _TransformWatch(recorder):
         yield inventory
     inventory.records = list(recorder.records.values())
+    inventory.recorder = None

@@ -9,9 +9,7 @@ from pathlib import Path
 from neuron_smoke import EXIT_USAGE
 from neuron_smoke.context import Options
 from neuron_smoke.errors import UsageError
-
-# The evaluation's normwise bound when --model-rtol is not given (the stages derive theirs from the dtype instead).
-EVAL_RTOL = 1e-3
+from neuron_smoke.evaluate import PRECISIONS
 
 
 def _positive_int(value: str) -> int:
@@ -21,12 +19,33 @@ def _positive_int(value: str) -> int:
     return number
 
 
+def _fail_on(value: str) -> tuple[str, ...]:
+    from neuron_smoke.evaluate.verdict import parse_fail_on
+
+    try:
+        return parse_fail_on(value)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
 def add_arguments(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group("model evaluation (instead of the stages; see smoke_tests/README.md)")
     g.add_argument("--record", type=Path, metavar="DIR", help="record a baseline of --model on --device into DIR")
     g.add_argument("--baseline", type=Path, metavar="DIR", help="compare --model on --device with this baseline")
     g.add_argument("--shapes", metavar="1x128,8x128", help="sweep the first input over these shapes (compiled)")
     g.add_argument("--eval-report", type=Path, metavar="DIR", help="report.json/.md/.html here (--record: DIR)")
+    g.add_argument(
+        "--precision",
+        choices=PRECISIONS,
+        help="how the device computes float32, which sets the bound and the CPU reference (default: the release's "
+        "compiler default, bf16-matmul for neuronx-cc's --auto-cast matmult; see smoke_tests/README.md)",
+    )
+    g.add_argument(
+        "--fail-on",
+        type=_fail_on,
+        metavar="readiness,fallback,compile,numerics",
+        help="the kinds of finding that make the verdict 'not ready' and the exit code 1 (numerics)",
+    )
     g.add_argument(
         "--full-tensor-limit",
         type=_positive_int,
@@ -44,6 +63,7 @@ def run_evaluation(options: Options, args: argparse.Namespace) -> int:
     from neuron_smoke.evaluate.run import EvalOptions, evaluate
     from neuron_smoke.evaluate.shapes import parse_shapes
     from neuron_smoke.evaluate.tensors import DEFAULT_FULL_LIMIT
+    from neuron_smoke.evaluate.verdict import DEFAULT_FAIL_ON
 
     try:
         opts = EvalOptions(  # the options were checked before torch was imported (validate.check_evaluation)
@@ -53,7 +73,9 @@ def run_evaluation(options: Options, args: argparse.Namespace) -> int:
             shapes=parse_shapes(args.shapes) if args.shapes else None,
             out_dir=args.eval_report,
             report=args.report,
-            rtol=options.model_rtol or EVAL_RTOL,
+            rtol=options.model_rtol,
+            precision=args.precision,
+            fail_on=args.fail_on or DEFAULT_FAIL_ON,
             iterations=options.iterations,
             warmup=options.warmup,
             full_tensor_limit=args.full_tensor_limit or DEFAULT_FULL_LIMIT,

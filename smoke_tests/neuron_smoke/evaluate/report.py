@@ -7,24 +7,16 @@ import base64
 import html
 import json
 import math
-import os
-import tempfile
 from pathlib import Path
 from typing import Any
 
+from neuron_smoke import output
 from neuron_smoke.evaluate.sections import Section, build_sections
 
 
 def _atomic_write(path: Path, data: bytes) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-        os.replace(tmp, path)
-    finally:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
+    """Whole or not at all, with the user's umask (the stages' writer; a mkstemp file would be 0600)."""
+    output._replace(path, data)
 
 
 def _json_safe(value: Any) -> Any:

@@ -12,9 +12,21 @@ from typing import Any
 
 import torch
 
-from neuron_smoke import EXIT_CHECK_FAILED, EXIT_DEVICE_MISSING, EXIT_OK
+from neuron_smoke import EXIT_CHECK_FAILED, EXIT_DEVICE_MISSING, EXIT_OK, release_facts
 from neuron_smoke.backends import Backend, resolve
-from neuron_smoke.evaluate import SCHEMA, baseline, capture, compare, identity, readiness, sweep
+from neuron_smoke.errors import UsageError
+from neuron_smoke.evaluate import (
+    SCHEMA,
+    baseline,
+    capture,
+    compare,
+    failure,
+    identity,
+    precision,
+    readiness,
+    sweep,
+    verdict,
+)
 from neuron_smoke.evaluate.tensors import DEFAULT_FULL_LIMIT
 from neuron_smoke.host import host_facts
 from neuron_smoke.models import ModelSpec
@@ -28,7 +40,9 @@ class EvalOptions:
     shapes: list[tuple[int, ...]] | None = None
     out_dir: Path | None = None  # Markdown, HTML and JSON reports
     report: Path | None = None  # the JSON report (--report)
-    rtol: float = 1e-3
+    rtol: float | None = None  # --model-rtol; None: the bound of the precision (precision.bound)
+    precision: str | None = None  # --precision; None: the release's compiler default (release_facts)
+    fail_on: tuple[str, ...] = verdict.DEFAULT_FAIL_ON
     iterations: int = 10
     warmup: int = 3
     full_tensor_limit: int = DEFAULT_FULL_LIMIT
@@ -74,10 +88,13 @@ class Phases:
 
 def evaluate(opts: EvalOptions, spec: ModelSpec) -> int:
     phases = Phases()
+    opts.precision = opts.precision or release_facts.default_precision()
     base = baseline.load(opts.baseline) if opts.baseline else None
     current = identity.fingerprint(spec)
     if base is not None:
         identity.check(base.index["model"], current, str(opts.baseline))
+    if opts.shapes:
+        sweep.check((spec.args, spec.kwargs), opts.shapes)
     backend = resolve(opts.device)
     try:
         module = _open_device(backend)
@@ -90,22 +107,42 @@ def evaluate(opts: EvalOptions, spec: ModelSpec) -> int:
         return EXIT_DEVICE_MISSING
     data = _header(opts, spec, backend, current, base)
     phases.done("load")
-    print(f"neuron-eval: {spec.name} on {backend.name} ({data['mode']})", flush=True)
+    print(f"neuron-eval: {spec.name} on {backend.name} ({data['mode']}, precision {opts.precision}, rtol "
+          f"{data['rtol']:g})", flush=True)  # fmt: skip
     dev = _measure(data, opts, spec, backend, module, phases)
-    if base is not None or backend.device_type != "cpu":
-        _compare(data, spec, dev, base, opts)
+    if dev is not None and (base is not None or backend.device_type != "cpu"):
+        try:
+            _compare(data, spec, dev, base, opts)
+        except failure.StepFailed as exc:  # the same-machine CPU step
+            data["failure"] = exc.finding | {"phase": f"CPU reference {exc.finding['phase']}"}
         phases.done("compare")
-    if opts.record:
-        index = {k: data[k] for k in ("model", "device", "host", "versions", "timing", "started", "inventory")}
-        index["order"] = dev.order
-        baseline.save(opts.record, index, dev.tensors, opts.full_tensor_limit)
-        data["baseline_written"] = str(opts.record)
-        print(f"  baseline: {len(dev.tensors)} tensors -> {opts.record}", flush=True)
+    if dev is not None and opts.record and "failure" not in data:
+        _save(data, opts, dev)
         phases.done("save")
-    data["exit_code"] = EXIT_CHECK_FAILED if _failed(data) else EXIT_OK
+    data["verdict"] = verdict.judge(data, opts.fail_on)
+    data["exit_code"] = EXIT_CHECK_FAILED if data["verdict"]["answer"] == "not ready" else EXIT_OK
+    for line in verdict.top_findings(data):
+        print(f"  - {line}", flush=True)
+    print(data["verdict"]["banner"], flush=True)
     data["phases_s"] = phases.seconds  # the reports' own writing is not in them: it happens after
     _write(data, opts)
     return int(data["exit_code"])
+
+
+def _save(data: dict[str, Any], opts: EvalOptions, dev: capture.Capture) -> None:
+    assert opts.record is not None
+    keys = ("model", "device", "host", "versions", "timing", "started", "inventory")
+    index = {k: data[k] for k in keys} | {"precision": opts.precision, "order": dev.order}
+    try:
+        baseline.save(opts.record, index, dev.tensors, opts.full_tensor_limit)
+    except UsageError:
+        raise
+    except Exception as exc:  # nothing half-written (save writes beside and moves in place); the report says why
+        data["failure"] = failure.finding(exc, "saving the baseline", None, None)
+        print(f"  baseline not written: {data['failure']['error']}", flush=True)
+        return
+    data["baseline_written"] = str(opts.record)
+    print(f"  baseline: {len(dev.tensors)} tensors -> {opts.record}", flush=True)
 
 
 def _header(
@@ -123,30 +160,78 @@ def _header(
         },
         "host": host_facts(),
         "versions": versions(backend),
+        "precision": _precision(opts, spec, base),
         "rtol": opts.rtol,
     }
 
 
+def _precision(opts: EvalOptions, spec: ModelSpec, base: baseline.Baseline | None) -> dict[str, Any]:
+    """The precision compared at, its note, and the bound (set in opts.rtol): --model-rtol, else the precision's, or
+    the wider of it and the baseline's when the baseline was recorded at another precision."""
+    assert opts.precision is not None
+    recorded = str(base.index.get("precision", "fp32")) if base is not None else None
+    used = {opts.precision, recorded or opts.precision}
+    bound = max(precision.bound(p, spec.model) for p in used)
+    given = opts.rtol is not None
+    opts.rtol = opts.rtol if given else bound
+    return {
+        "name": opts.precision,
+        "note": precision.NOTES[opts.precision],
+        "baseline": recorded,
+        "bound_from": "--model-rtol" if given else " and ".join(sorted(used)),
+    }
+
+
+def _locate(error: Exception, spec: ModelSpec, device_type: str, at: str) -> dict[str, Any]:
+    """Where the step failed: the instrumented step says (op, module, line); a failure in the bare first step is
+    located by running the instrumented step once more."""
+    if isinstance(error, failure.StepFailed):
+        return error.finding
+    try:
+        capture.train_step(spec, device_type, with_inventory=True, at=at)
+    except failure.StepFailed as located:
+        return located.finding
+    except Exception:
+        pass
+    return failure.finding(error, "forward", None, None)
+
+
+def _step_failed(data: dict[str, Any], found: dict[str, Any], spec: ModelSpec) -> None:
+    data["failure"] = found
+    data.update(timing=None, inventory=[], fallback_ops=None, random_ops={})
+    data["readiness"] = readiness.scan(spec.model, None, None, None) | {"compile_tried": False, "untied": []}
+    print(f"  step failed ({found['phase']}): {found['error']}; module {found['module'] or '-'}, op "
+          f"{found['op'] or '-'}, at {found['where'] or '-'}", flush=True)  # fmt: skip
+
+
 def _measure(
     data: dict[str, Any], opts: EvalOptions, spec: ModelSpec, backend: Backend, module: Any, phases: Phases
-) -> capture.Capture:
+) -> capture.Capture | None:
     """The instrumented step (inventory, activations, fallback), the bare timed steps, the sweep, readiness."""
     tracker = module if backend.tracks_fallback and hasattr(module, "get_fallback_ops") else None
     sync = backend.synchronize
     steps: list[capture.Capture] = []
+    at = str(opts.precision)
 
     def instrumented() -> None:  # after the cold first call, as the first warm-up step
         phases.done("timed_steps")
         steps.append(
-            capture.train_step(spec, backend.device_type, with_inventory=True, tracker=tracker, synchronize=sync)
+            capture.train_step(spec, backend.device_type, with_inventory=True, tracker=tracker, synchronize=sync, at=at)
         )
         phases.done("instrumented_step")
 
-    data["timing"] = capture.time_steps(spec, backend.device_type, opts.warmup, opts.iterations, sync, instrumented)
+    try:
+        data["timing"] = capture.time_steps(
+            spec, backend.device_type, opts.warmup, opts.iterations, sync, instrumented, at=at
+        )
+    except Exception as exc:  # the user's model raised: a finding, and the report still written
+        _step_failed(data, _locate(exc, spec, backend.device_type, at), spec)
+        return None
     dev = steps[0]
     assert dev.inventory is not None
     data["inventory"] = dev.inventory.to_list()
     data["fallback_ops"] = dev.fallback_ops
+    data["random_ops"] = dev.random_ops
     _print_timing(data["timing"])
     phases.done("timed_steps")
     compile_error = None
@@ -172,12 +257,13 @@ def _compare(
 ) -> None:
     # On the CPU the device run is already the same-machine CPU run; elsewhere a CPU step separates the device's
     # errors from those of the environment the baseline came from.
-    cpu = dev if dev.device == "cpu" else capture.train_step(spec, "cpu")
-    rows = compare.per_tensor(dev, cpu, base, opts.rtol)
+    rtol = float(opts.rtol or 0.0)
+    cpu = dev if dev.device == "cpu" else capture.train_step(spec, "cpu", at=str(opts.precision))
+    rows = compare.per_tensor(dev, cpu, base, rtol)
     data["tensors"] = rows
     data["missing"] = compare.missing(dev, cpu, base)
     data["layers"] = compare.per_layer(rows, dev.order)
-    data["origins"] = {ref: compare.origins(rows, dev.order, ref, opts.rtol) for ref in compare.REFS}
+    data["origins"] = {ref: compare.origins(rows, dev.order, ref, rtol) for ref in compare.REFS}
     if base is not None:
         data["baseline"] = {
             "path": str(base.path),
@@ -190,14 +276,7 @@ def _compare(
     for ref in compare.REFS:
         layers = ", ".join(o["layer"] for o in data["origins"][ref]) or "none"
         print(f"  error starts (vs {ref}): {layers}", flush=True)
-    print(f"  tensors: {len(rows)} compared, {len(bad)} beyond rtol {opts.rtol:g}", flush=True)
-
-
-def _failed(data: dict[str, Any]) -> bool:
-    if any(not r["ok"] for r in data.get("tensors", [])):
-        return True
-    gone = data.get("missing", {})
-    return bool(gone.get("only_in_baseline") or gone.get("only_in_cpu_run"))
+    print(f"  tensors: {len(rows)} compared, {len(bad)} beyond rtol {rtol:g} ({opts.precision})", flush=True)
 
 
 def _print_timing(t: dict[str, Any]) -> None:

@@ -25,7 +25,7 @@ def build_sections(data: dict[str, Any]) -> list[Section]:
     sections = [_summary(data)]
     if "tensors" in data:
         sections += [_origins(data), _layers(data), _tensors(data)]
-    sections += [_timing(data), _readiness(data)]
+    sections += ([_timing(data)] if data.get("timing") else []) + [_readiness(data)]
     if data["readiness"]["fallback"]:
         sections.append(_fallback(data))
     if "sweep" in data:
@@ -37,11 +37,19 @@ def build_sections(data: dict[str, Any]) -> list[Section]:
 def _summary(data: dict[str, Any]) -> Section:
     m, d, v = data["model"], data["device"], data["versions"]
     s = Section("Summary")
+    if "verdict" in data:
+        s.text.append(f"**{data['verdict']['banner']}**")
     s.text.append(
         f"Mode {data['mode']}; model {m['name']} ({m['class']}, {m['parameters']:,} parameters); device "
         f"{d['backend']} (compile backend {d['compile_backend']}); torch {v['torch']}, torch-neuronx "
         f"{v.get('torch-neuronx')}; exit code {data.get('exit_code')}."
     )
+    if data.get("failure"):
+        f = data["failure"]
+        s.text.append(
+            f"The step failed ({f['phase']}): {f['error']}; module {f['module'] or '-'}, op {f['op'] or '-'}, at "
+            f"{f['where'] or '-'}. Nothing after it was measured."
+        )
     if "baseline" in data:
         b = data["baseline"]
         s.text.append(
@@ -52,6 +60,17 @@ def _summary(data: dict[str, Any]) -> Section:
         bad = [r for r in data["tensors"] if not r["ok"]]
         s.text.append(f"{len(data['tensors'])} tensors compared; {len(bad)} beyond rtol {data['rtol']:g}.")
     s.text.append(f"Readiness findings: {data['readiness']['findings']}.")
+    p = data.get("precision")
+    if p:
+        s.text.append(f"Precision {p['name']}: {p['note']}. Bound rtol {data['rtol']:g} (from {p['bound_from']}).")
+        if p["baseline"] not in (None, p["name"]):
+            s.text.append(f"The baseline was recorded at {p['baseline']}: the wider of the two bounds applies.")
+    if data.get("random_ops"):
+        drawn = ", ".join(f"{op} x{n}" for op, n in data["random_ops"].items())
+        s.text.append(
+            f"Random ops ({drawn}) drew from one CPU generator seeded alike on every side, so dropout masks match "
+            "the baseline's; the device's own random kernels were not compared."
+        )
     if not plots.available():
         s.text.append("Plots omitted: matplotlib is not installed (pip install the neuron-torch `eval` extra).")
     return s

@@ -33,15 +33,8 @@ def inputs_for(example: Example, shape: tuple[int, ...], seed: int) -> Example:
     """The example with its first input tensor (the first positional one, else the first keyword one) at `shape`,
     seeded; integer inputs keep the example's value range (token ids stay valid)."""
     leaves, tree = pytree.tree_flatten(example)
-    index = next((i for i, x in enumerate(leaves) if isinstance(x, torch.Tensor)), None)
-    if index is None:
-        raise UsageError("--shapes: the model has no input tensor to resize")
+    index = _resized(leaves, shape)
     first = leaves[index]
-    if len(shape) != first.dim():
-        raise UsageError(
-            f"--shapes: {'x'.join(map(str, shape))} has {len(shape)} dimensions, the model's first input "
-            f"{'x'.join(map(str, first.shape))} has {first.dim()}"
-        )
     gen = torch.Generator().manual_seed(seed)
     if first.is_floating_point():
         new = torch.randn(shape, generator=gen).to(first.dtype)
@@ -52,6 +45,27 @@ def inputs_for(example: Example, shape: tuple[int, ...], seed: int) -> Example:
     leaves[index] = new
     args, kwargs = pytree.tree_unflatten(leaves, tree)
     return tuple(args), dict(kwargs)
+
+
+def _resized(leaves: list[Any], shape: tuple[int, ...]) -> int:
+    """The index of the input leaf a shape resizes; a usage error when there is none or the rank differs."""
+    index = next((i for i, x in enumerate(leaves) if isinstance(x, torch.Tensor)), None)
+    if index is None:
+        raise UsageError("--shapes: the model has no input tensor to resize")
+    first = leaves[index]
+    if len(shape) != first.dim():
+        raise UsageError(
+            f"--shapes: {'x'.join(map(str, shape))} has {len(shape)} dimensions, the model's first input "
+            f"{'x'.join(map(str, first.shape))} has {first.dim()}"
+        )
+    return index
+
+
+def check(example: Example, shapes: list[tuple[int, ...]]) -> None:
+    """Before any step: every shape fits the model's input (a usage error names the first that does not)."""
+    leaves = pytree.tree_leaves(example)
+    for shape in shapes:
+        _resized(leaves, shape)
 
 
 def _on(example: Example, device: str) -> Example:

@@ -53,8 +53,8 @@ def summary(tensor: torch.Tensor) -> dict[str, Any]:
     return data
 
 
-def normwise(value: torch.Tensor, reference: torch.Tensor) -> float:
-    """max |value - reference| / max |reference| (absolute when the reference is zero); NaN/inf count as inf."""
+def normwise(value: torch.Tensor, reference: torch.Tensor, floor: float = 0.0) -> float:
+    """max |value - reference| / max(max |reference|, floor) (absolute when both are zero); NaN/inf count as inf."""
     v, r = value.detach().cpu().to(torch.float64), reference.detach().cpu().to(torch.float64)
     if v.shape != r.shape:
         return math.inf
@@ -62,7 +62,7 @@ def normwise(value: torch.Tensor, reference: torch.Tensor) -> float:
         return 0.0
     diff = torch.nan_to_num((v - r).abs(), nan=math.inf, posinf=math.inf)
     worst = float(diff.max())
-    scale = float(torch.nan_to_num(r.abs(), nan=0.0, posinf=0.0).max())
+    scale = max(float(torch.nan_to_num(r.abs(), nan=0.0, posinf=0.0).max()), floor)
     return worst / scale if scale > 0 else worst
 
 

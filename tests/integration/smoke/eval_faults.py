@@ -41,3 +41,94 @@ def factory() -> Any:
     if layer:
         inject(made[0], layer, float(os.environ.get("NEURON_EVAL_FAULT_SCALE", "1.01")))
     return made
+
+
+# Test models a team could bring (issue 28): each factory is seeded, so a recording and a comparison see the same
+# weights and inputs, and each is healthy: only the device may make it differ.
+
+
+class Dropping(nn.Module):
+    """An MLP with dropout between its layers, left in training mode."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.fc1, self.drop, self.fc2 = nn.Linear(32, 64), nn.Dropout(0.3), nn.Linear(64, 8)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        out: torch.Tensor = self.fc2(self.drop(torch.relu(self.fc1(x))))
+        return out
+
+
+def dropout() -> Any:
+    torch.manual_seed(0)
+    return Dropping(), torch.randn(16, 32, generator=torch.Generator().manual_seed(1))
+
+
+def batchnorm() -> Any:
+    """A small convolutional net with BatchNorm, whose running statistics any forward in training mode updates."""
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Conv2d(3, 8, 3), nn.BatchNorm2d(8), nn.ReLU(), nn.Flatten(), nn.Linear(8 * 6 * 6, 4))
+    return model, torch.randn(4, 3, 8, 8, generator=torch.Generator().manual_seed(1))
+
+
+class SparseBuffer(nn.Module):
+    """A linear layer whose weight mask is a sparse COO buffer, applied with torch.sparse.mm."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.fc = nn.Linear(8, 8)
+        self.mask: torch.Tensor
+        self.register_buffer("mask", torch.eye(8).to_sparse())
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        out: torch.Tensor = torch.sparse.mm(self.mask, self.fc(x).t()).t()
+        return out
+
+
+def sparse() -> Any:
+    torch.manual_seed(0)
+    return SparseBuffer(), torch.randn(4, 8, generator=torch.Generator().manual_seed(1))
+
+
+class Ensemble(nn.Module):
+    """torch.vmap over a submodule called through torch.func.functional_call with stacked weights."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.member = nn.Linear(8, 4)
+        self.scale = nn.Parameter(torch.ones(3, 1, 1))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        params = {n: p.unsqueeze(0).expand(3, *p.shape) for n, p in self.member.named_parameters()}
+        out = torch.vmap(lambda p, xb: torch.func.functional_call(self.member, p, (xb,)), in_dims=(0, None))(params, x)
+        result: torch.Tensor = (out * self.scale).sum(0)
+        return result
+
+
+def vmap() -> Any:
+    torch.manual_seed(0)
+    return Ensemble(), torch.randn(4, 8, generator=torch.Generator().manual_seed(1))
+
+
+class Fragile(nn.Module):
+    """A layer whose op raises on the neuron device only (as an op a device does not implement would)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.fc1, self.odd, self.fc2 = nn.Linear(8, 8), nn.Identity(), nn.Linear(8, 2)
+        self.odd.forward = self._odd  # type: ignore[method-assign]
+
+    @staticmethod
+    def _odd(h: torch.Tensor) -> torch.Tensor:
+        if h.device.type == "neuron":
+            raise RuntimeError("aten::special_odd: not implemented for the neuron device")
+        return h * 2
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        out: torch.Tensor = self.fc2(self.odd(self.fc1(x)))
+        return out
+
+
+def fragile() -> Any:
+    torch.manual_seed(0)
+    return Fragile(), torch.randn(4, 8, generator=torch.Generator().manual_seed(1))

@@ -17,6 +17,7 @@ HERE = Path(__file__).resolve().parent
 MLP = "neuron_smoke.examples.mlp:factory"
 FAULTY = "eval_faults:factory"
 FAST = ("--iterations", "3", "--warmup", "1")
+FP32 = ("--precision", "fp32")  # a 1 % fault is within the bfloat16 bound: the fault tests compare in float32
 TIMEOUT = 300.0  # a transformer run imports transformers and compiles once; generous for a loaded 2-core machine
 
 
@@ -45,7 +46,7 @@ def mlp_baseline(tmp_path_factory: pytest.TempPathFactory, forkserver: ForkServe
     env = {k: v for k, v in os.environ.items() if not k.startswith(("NEURON_", "PYTHONPATH"))}
     env.update(NEURON_TORCH_PYTHON=sys.executable, NEURON_SMOKE_IMDS="0",
                NEURON_SMOKE_DEFAULT_CELL_FILE=str(tmp / "no-cell.json"))  # fmt: skip
-    return record(env, tmp, MLP, forkserver, "--full-tensor-limit", "500")
+    return record(env, tmp, MLP, forkserver, "--full-tensor-limit", "500", *FP32)
 
 
 def test_record_writes_a_portable_baseline(mlp_baseline: Path) -> None:
@@ -98,7 +99,7 @@ def test_an_error_injected_in_one_layer_is_named_there_and_nowhere_else(
 ) -> None:
     layer = "fc2"  # a middle layer: fc1 and act1 before it stay clean, act2 and head after it inherit the error
     env = _env(sim_env, NEURON_EVAL_FAULT_LAYER=layer)
-    run = compare(env, tmp_path, mlp_baseline, FAULTY, forkserver)
+    run = compare(env, tmp_path, mlp_baseline, FAULTY, forkserver, *FP32)
     assert run.returncode == 1, run.output
     data = json.loads((tmp_path / "compare" / "report.json").read_text())
     for ref in ("baseline", "cpu"):
@@ -136,6 +137,11 @@ def test_a_fallback_op_appears_under_the_module_that_calls_it(
         {"op": "aten::relu", "module": "act2", "calls": 1},
     ]
     assert (tmp_path / "compare" / "report-fallback.png").is_file()
+    assert "verdict: ready with findings (readiness 0, fallback 2, compile 0, numerics 0" in run.output
+    assert "  - fell back to CPU: aten::gelu [module act1]" in run.output
+    strict = compare(_env(sim_env, NEURON_SIM_FALLBACK_OPS="aten::gelu"), tmp_path, mlp_baseline, MLP, forkserver,
+                     "--fail-on", "fallback,numerics")  # fmt: skip
+    assert strict.returncode == 1 and "verdict: not ready (readiness 0, fallback 1," in strict.output
 
 
 def test_a_baseline_of_another_model_or_input_is_refused(
@@ -165,16 +171,20 @@ def test_example_models_record_on_cpu_and_compare_on_the_device(
     factory, layer = EXAMPLES[name]
     if name != "resnet":
         pytest.importorskip("transformers", reason="the transformer examples need the `eval` extra (transformers)")
-    base = record(base_env, tmp_path, factory, forkserver)
+    base = record(base_env, tmp_path, factory, forkserver, *FP32)
     index = json.loads((base / "index.json").read_text())
     assert index["model"]["parameters"] > 100_000 and len(index["inventory"]) > 20
     if name == "resnet":  # layer4's 512x512x3x3 convolutions are above the default limit: projected
         assert index["tensors"]["weight/layer4.1.conv2.weight"]["stored"] == "sketch"
+    if name == "gpt2":  # healthy, at the default precision, on a device that auto-casts as neuronx-cc does
+        healthy = compare(_env(sim_env, NEURON_SIM_INJECT="fp32_as_bf16"), tmp_path, base, factory, forkserver)
+        assert healthy.returncode == 0, healthy.output  # at the old fixed 1e-3: 90 of 121 tensors failed
+        assert "precision bf16-matmul" in healthy.output
     env = _env(sim_env, NEURON_EVAL_FAULT_MODEL=factory, NEURON_EVAL_FAULT_LAYER=layer)
-    run = compare(env, tmp_path, base, FAULTY, forkserver)
+    run = compare(env, tmp_path, base, FAULTY, forkserver, *FP32)
     assert run.returncode == 1, run.output
     data = json.loads((tmp_path / "compare" / "report.json").read_text())
-    assert [o["layer"] for o in data["origins"]["cpu"]] == [layer]
+    assert [o["layer"] for o in data["origins"]["cpu"]] == [layer], run.output
     assert [o["layer"] for o in data["origins"]["baseline"]] == [layer]
     assert {p.name for p in (tmp_path / "compare").iterdir()} >= {"report.json", "report.md", "report.html"}
 
@@ -189,3 +199,63 @@ def test_usage_errors_and_a_missing_device(base_env: dict[str, str], tmp_path: P
     missing = fverify(base_env, "--device", "neuron", "--model", MLP, "--record", str(tmp_path / "b"), tmp=tmp_path)
     assert missing.returncode == 3 and "cannot import torch_neuronx" in missing.output
     assert not (tmp_path / "b").exists() and not (tmp_path / "report.json").exists()
+
+
+def test_a_healthy_model_with_dropout_passes_on_the_device(
+    base_env: dict[str, str], sim_env: dict[str, str], tmp_path: Path, forkserver: ForkServer
+) -> None:
+    """Dropout stays on (training mode): the device, the CPU reference and the baseline draw the same masks."""
+    base = record(base_env, tmp_path, "eval_faults:dropout", forkserver)
+    run = compare(_env(sim_env), tmp_path, base, "eval_faults:dropout", forkserver)
+    assert run.returncode == 0, run.output
+    data = json.loads((tmp_path / "compare" / "report.json").read_text())
+    assert all(r["ok"] for r in data["tensors"]) and sum(data["random_ops"].values()) >= 1
+    assert "drew from one CPU generator seeded alike on every side" in (tmp_path / "compare" / "report.md").read_text()
+
+
+def test_a_batchnorm_model_recorded_with_other_cpu_kernels_is_compared_not_refused(
+    base_env: dict[str, str], sim_env: dict[str, str], tmp_path: Path, forkserver: ForkServer
+) -> None:
+    """The recording machine's CPU kernels (AVX2 here) move BatchNorm's running statistics otherwise than this one's
+    in any forward: the fingerprint is taken before one, so the baseline is this model's and it passes."""
+    base = record({**base_env, "ONEDNN_MAX_CPU_ISA": "AVX2"}, tmp_path, "eval_faults:batchnorm", forkserver)
+    run = compare(_env(sim_env), tmp_path, base, "eval_faults:batchnorm", forkserver)
+    assert run.returncode == 0, run.output
+    assert "not seeded" not in run.output
+
+
+@pytest.mark.parametrize("model", ["sparse", "vmap", "fragile"])
+def test_the_models_the_scan_is_for_give_findings_and_a_report_not_a_traceback(
+    model: str, sim_env: dict[str, str], tmp_path: Path, forkserver: ForkServer
+) -> None:
+    """A sparse buffer, vmap over a submodule, an op that raises on the device: recorded on the device, each gives a
+    report (the failing op a finding with its module and line) and no traceback."""
+    out = tmp_path / "b"
+    run = verify(_env(sim_env), "--device", "neuron", "--model", f"eval_faults:{model}", "--record", str(out),
+                 *FAST, tmp=tmp_path, timeout=TIMEOUT, forked=forkserver)  # fmt: skip
+    assert "Traceback" not in run.output and "internal error" not in run.output, run.output
+    data = json.loads((out / "report.json").read_text())
+    if model == "fragile":
+        assert run.returncode == 1 and not (out / "index.json").exists()  # no baseline of a step that failed
+        found = data["failure"]
+        assert (found["phase"], found["module"]) == ("forward", "odd")
+        assert found["where"] == f"{HERE / 'eval_faults.py'}:{_line_of('raise RuntimeError')}"
+        assert "not implemented for the neuron device" in found["error"] and "step failed (forward)" in run.output
+        assert "The step failed (forward)" in (out / "report.md").read_text()
+    elif model == "sparse":  # the device has no sparse layout: the move fails, naming the buffer
+        assert run.returncode == 1 and not (out / "index.json").exists()
+        found = data["failure"]
+        assert (found["phase"], found["module"], found["op"]) == (
+            "moving the model to neuron",
+            "(root)",
+            "mask (sparse_coo)",
+        )
+        assert "Sparseneuron" in found["error"]
+    else:
+        assert run.returncode == 0, run.output
+        assert "func" in {u["area"] for u in data["readiness"]["unsupported"]}
+
+
+def _line_of(text: str) -> int:
+    lines = (HERE / "eval_faults.py").read_text().splitlines()
+    return next(i for i, line in enumerate(lines, 1) if text in line)

@@ -4,7 +4,9 @@ it is not one."""
 from __future__ import annotations
 
 import json
+import os
 import re
+import stat
 from pathlib import Path
 
 import pytest
@@ -106,3 +108,16 @@ def test_a_safetensors_baseline_without_safetensors_says_what_to_install(
         UsageError, match="stored with safetensors, which is not installed here; pip install safetensors"
     ):
         baseline.load(tmp_path / "b")
+
+
+@pytest.mark.parametrize("mask", [0o022, 0o027])
+def test_a_baseline_is_written_with_the_users_umask(tmp_path: Path, mask: int) -> None:
+    """A team hands a baseline to a colleague: its folder and files follow the umask (mkdtemp alone gives 0700)."""
+    old = os.umask(mask)
+    try:
+        baseline.save(tmp_path / "b", {"model": {"name": "m"}}, _values(), limit=LIMIT)
+    finally:
+        os.umask(old)
+    assert stat.S_IMODE((tmp_path / "b").stat().st_mode) == 0o777 & ~mask
+    for f in (tmp_path / "b").iterdir():
+        assert stat.S_IMODE(f.stat().st_mode) == 0o666 & ~mask, f.name

@@ -156,3 +156,37 @@ def test_run_bare_runs_the_steps_and_synchronizes_once() -> None:
     syncs: list[int] = []
     assert capture.run_bare(spec, "cpu", 3, lambda: syncs.append(1)) > 0
     assert len(losses) == 3 and len(syncs) == 1
+
+
+class Dropping(nn.Module):
+    """Dropout as a module, as a function with its own p, and a bernoulli mask drawn in forward (stochastic depth)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.fc = nn.Linear(16, 16)
+        self.drop = nn.Dropout(0.5)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        h = self.drop(self.fc(x))
+        h = nn.functional.dropout(h, 0.25, training=self.training)
+        keep = torch.empty(h.shape[0], 1).bernoulli_(0.5)
+        out: torch.Tensor = h * keep + torch.rand_like(h) * 0.0
+        return out
+
+
+def test_random_ops_draw_the_same_numbers_whatever_the_global_random_state() -> None:
+    """The device run and the CPU reference run at other random states (the device's generator is its own, and the
+    timed steps before it drew from it): every random op of the step still draws the same numbers on both."""
+    torch.manual_seed(3)
+    spec = ModelSpec(Dropping(), (torch.randn(8, 16),), {}, lambda out: out.pow(2).mean(), "dropping")
+    first = capture.train_step(spec, "cpu")
+    torch.rand(1000)  # another state, as the other side would have
+    second = capture.train_step(spec, "cpu", with_inventory=True)
+    assert first.tensors.keys() == second.tensors.keys()
+    for name, value in first.tensors.items():
+        assert torch.equal(value, second.tensors[name]), name
+    assert first.tensors["output/0"].eq(0).any()  # dropout really dropped something
+    # Two dropouts (bernoulli_ masks on the CPU, native_dropout on some devices), one bernoulli_, one rand_like.
+    assert sum(second.random_ops.values()) == 4 and second.random_ops["aten::rand_like.default"] == 1
+    assert second.inventory is not None
+    assert "aten::rand_like.default" in {r.op for r in second.inventory.records}  # the inventory sees them too

@@ -7,6 +7,7 @@ import math
 from pathlib import Path
 from typing import Any
 
+import pytest
 import torch
 
 from neuron_smoke.evaluate import compare, tensors
@@ -128,3 +129,17 @@ def test_an_origin_needs_agreeing_inputs_and_an_output_error_amplified_past_rtol
     assert (cpu[0]["input_error"], cpu[0]["output_error"]) == (1e-5, 0.2)
     assert [o["call"] for o in compare.origins(rows, order, "baseline", RTOL)] == ["a"]
     assert compare.origins(rows, order, "cpu", 1.0) == []
+
+
+def test_a_numerically_zero_tensor_is_measured_against_the_scale_of_its_kind() -> None:
+    """A bias gradient a BatchNorm cancels is rounding noise (1e-9 beside gradients of 1): its noise is no error;
+    a 1 % error in a gradient of ordinary size still is."""
+    noise = torch.tensor([1e-9, -2e-9, 5e-10])
+    device = _cap("neuron", {"grad/b": noise * 1.5, "grad/w": _off(REF, 0.01), "weight/w": REF})
+    cpu = _cap("cpu", {"grad/b": noise, "grad/w": REF, "weight/w": REF})
+    base = _baseline({"grad/b": -noise, "grad/w": REF, "weight/w": REF})
+    rows = {r["tensor"]: r for r in compare.per_tensor(device, cpu, base, RTOL)}
+    assert rows["grad/b"]["ok"] and rows["grad/b"]["vs_baseline"] < 1e-5
+    assert not rows["grad/w"]["ok"] and rows["grad/w"]["vs_cpu"] == pytest.approx(0.01, rel=1e-5)
+    assert compare.floors(cpu) == {"grad": 4e-3, "weight": 4e-3}
+    assert compare.floors(_cap("cpu", {"act/mask/out/0": torch.tensor([-3e38, 0.0])})) == {}

@@ -6,6 +6,7 @@ import pytest
 import torch
 from torch import nn
 
+from neuron_smoke import models
 from neuron_smoke.errors import UsageError
 from neuron_smoke.evaluate import identity
 from neuron_smoke.models import ModelSpec, mean_square_loss
@@ -102,3 +103,27 @@ def test_a_model_without_inputs_is_described_as_none() -> None:
     assert current["inputs"] == []
     with pytest.raises(UsageError, match=r"recorded with inputs float32\[5x4\], the factory gives none\."):
         identity.check(recorded, current, "b")
+
+
+def batchnorm_factory() -> tuple[nn.Module, torch.Tensor]:
+    return _net(), torch.randn(5, 4, generator=torch.Generator().manual_seed(3))
+
+
+def test_a_loaded_model_is_fingerprinted_as_the_factory_made_it_before_any_forward() -> None:
+    """Loading checks the model with one forward, which updates BatchNorm's running statistics (by amounts the CPU's
+    kernels decide: AVX2 and AVX-512 differ). The fingerprint must be the factory's, before that forward."""
+    loaded = models.load(f"{__name__}:batchnorm_factory")
+    fresh, x = batchnorm_factory()
+    assert identity.fingerprint(loaded) == identity.fingerprint(_spec(fresh, x, name=loaded.name))
+    assert torch.equal(loaded.model.get_buffer("1.running_mean"), torch.zeros(3))
+    assert int(loaded.model.get_buffer("1.num_batches_tracked")) == 0
+
+
+def test_a_sparse_buffer_is_fingerprinted_by_its_values() -> None:
+    model = nn.Linear(2, 2)
+    model.register_buffer("mask", torch.eye(2).to_sparse())
+    found = identity.fingerprint(_spec(model, torch.zeros(1, 2)))
+    dense = nn.Linear(2, 2)
+    dense.load_state_dict(model.state_dict(), strict=False)
+    dense.register_buffer("mask", torch.eye(2))
+    assert found["state_sha256"] == identity.fingerprint(_spec(dense, torch.zeros(1, 2)))["state_sha256"]

@@ -10,6 +10,7 @@ import pytest
 
 from neuron_smoke import EXIT_USAGE
 from neuron_smoke.context import Options
+from neuron_smoke.errors import UsageError
 from neuron_smoke.evaluate import options, run
 from neuron_smoke.evaluate.tensors import DEFAULT_FULL_LIMIT
 
@@ -59,7 +60,10 @@ def test_the_options_reach_evaluate_with_the_defaults_filled_in(
     [(opts, spec)] = calls
     assert (opts.device, opts.baseline, opts.record, opts.report) == ("cpu", tmp_path, None, Path("r.json"))
     assert opts.shapes == [(2, 32), (4, 32)] and (opts.iterations, opts.warmup) == (4, 1)
-    assert opts.rtol == options.EVAL_RTOL and opts.full_tensor_limit == DEFAULT_FULL_LIMIT
+    assert (
+        opts.rtol is None and opts.precision is None
+    )  # evaluate() takes the precision's bound and the release's default
+    assert opts.full_tensor_limit == DEFAULT_FULL_LIMIT
     assert spec.name == MLP
     args = _parser().parse_args(["--record", str(tmp_path), "--full-tensor-limit", "9"])
     options.run_evaluation(Options(device="cpu", model=MLP, model_rtol=0.25, compile_backend="eager"), args)
@@ -93,3 +97,25 @@ def test_usage_errors_exit_2_with_the_message_and_evaluate_nothing(
     err = capsys.readouterr().err
     assert err.startswith("verify-device: error: ") and message in err
     assert calls == []
+
+
+@pytest.mark.parametrize("value", ["nan", "inf", "-1"])
+def test_a_bound_that_is_not_a_finite_positive_number_is_refused(
+    value: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from neuron_smoke import cli
+
+    with pytest.raises(SystemExit) as exc:
+        cli.main(["--device", "cpu", "--model", MLP, "--record", "b", "--model-rtol", value])
+    assert exc.value.code == EXIT_USAGE
+    assert f"--model-rtol: must be a finite number > 0: {value}" in capsys.readouterr().err
+
+
+def test_shapes_the_model_cannot_take_are_refused_before_any_step(monkeypatch: pytest.MonkeyPatch) -> None:
+    from neuron_smoke import models
+    from neuron_smoke.evaluate import capture, run
+
+    monkeypatch.setattr(capture, "time_steps", lambda *a, **k: pytest.fail("a step ran"))
+    opts = run.EvalOptions(device="cpu", shapes=[(4, 32), (4, 32, 7)])
+    with pytest.raises(UsageError, match="--shapes: 4x32x7 has 3 dimensions, the model's first input 16x32 has 2"):
+        run.evaluate(opts, models.load(MLP))

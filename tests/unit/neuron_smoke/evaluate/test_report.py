@@ -6,7 +6,9 @@ from __future__ import annotations
 import base64
 import json
 import math
+import os
 import re
+import stat
 from pathlib import Path
 from typing import Any
 
@@ -98,3 +100,13 @@ def test_write_all_writes_the_json_markdown_html_and_each_plot(tmp_path: Path) -
     if plots.available():
         assert pngs == ["report-layers.png"] and "![Per layer](report-layers.png)" in md
         assert (out / "report-layers.png").read_bytes().startswith(b"\x89PNG")
+
+
+@pytest.mark.parametrize("mask", [0o022, 0o027])
+def test_reports_are_written_with_the_users_umask(tmp_path: Path, mask: int) -> None:
+    old = os.umask(mask)
+    try:
+        report.write_json({"a": 1}, tmp_path / "r.json")
+    finally:
+        os.umask(old)
+    assert stat.S_IMODE((tmp_path / "r.json").stat().st_mode) == 0o666 & ~mask

@@ -11,10 +11,10 @@ from typing import Any
 import pytest
 import torch
 
-from neuron_smoke import EXIT_DEVICE_MISSING, EXIT_OK
+from neuron_smoke import EXIT_DEVICE_MISSING, EXIT_OK, release_facts
 from neuron_smoke.backends import CPU, Backend
 from neuron_smoke.errors import UsageError
-from neuron_smoke.evaluate import SCHEMA, run
+from neuron_smoke.evaluate import SCHEMA, run, verdict
 from neuron_smoke.examples import mlp
 from neuron_smoke.models import ModelSpec
 
@@ -42,7 +42,9 @@ def test_a_scan_writes_only_the_json_report_asked_for(tmp_path: Path, capsys: py
     assert data["readiness"]["findings"] == 0 and data["readiness"]["compile_tried"] is False
     assert data["timing"]["iterations"] == 1 and data["inventory"]
     assert set(data["phases_s"]) >= {"load", "timed_steps", "instrumented_step"}
-    assert "neuron-eval: mlp on cpu (scan)" in capsys.readouterr().out
+    assert (
+        f"neuron-eval: mlp on cpu (scan, precision {release_facts.default_precision()}, rtol" in capsys.readouterr().out
+    )
     run._write(data, _opts())
     assert "(no --report FILE or --eval-report DIR: nothing written)" in capsys.readouterr().out
 
@@ -110,7 +112,7 @@ def _row(ok: bool) -> dict[str, Any]:
     ],
 )
 def test_a_tensor_beyond_rtol_or_one_gone_fails_the_run(data: dict[str, Any], failed: bool) -> None:
-    assert run._failed(data) is failed
+    assert (verdict.judge(data, verdict.DEFAULT_FAIL_ON)["answer"] == "not ready") is failed
 
 
 def test_versions_name_every_distribution_or_say_it_is_not_installed() -> None:
