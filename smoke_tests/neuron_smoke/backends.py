@@ -56,20 +56,6 @@ class Backend:
         return None
 
 
-# Trainium2, dense, per chip (AWS Trainium2 architecture page; NEURON-FACTS section 13), 8 physical NeuronCores per
-# chip: a logical device (LNC=2, the default) has a quarter of it, at LNC=1 an eighth. Trainium3's figures are not in
-# the sources we could read; Trainium2's serve as the floor's reference on every Neuron device.
-TRN2_CHIP_PEAK_TFLOPS = {"bfloat16": 667.0, "float32": 181.0}
-TRN2_CORES_PER_CHIP = 8
-
-
-def neuron_device_peak(dtype: torch.dtype) -> float | None:
-    """Documented peak TFLOP/s of one logical Neuron device (Trainium2) at the LNC in effect."""
-    chip = TRN2_CHIP_PEAK_TFLOPS.get(str(dtype).removeprefix("torch."))
-    lnc = 1 if os.environ.get("NEURON_LOGICAL_NC_CONFIG", "2").strip() == "1" else 2
-    return None if chip is None else chip * lnc / TRN2_CORES_PER_CHIP
-
-
 def _neuron_instance_devices() -> dict[str, int]:
     """Logical devices per instance type at the default LNC, rendered from constraints/matrix.toml."""
     from neuron_smoke import release_facts
@@ -100,7 +86,7 @@ NEURON = Backend(
     dev_glob_env="NEURON_SMOKE_DEV_GLOB",
     # Only documented counts: an instance type without one is reported, not failed (see the matrix's notes).
     devices_per_instance=_neuron_instance_devices(),
-    peak_tflops={},  # per logical device, from the LNC in effect: neuron_device_peak()
+    peak_tflops={},  # per logical device, from the release (release_facts.device_peak) and the LNC in effect
     missing_help=NEURON_MISSING_HELP,
 )
 

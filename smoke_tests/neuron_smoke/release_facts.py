@@ -1,7 +1,8 @@
 """What verify-device knows of the release it checks: `neuron_instances.json` beside this file, rendered from
-constraints/matrix.toml by `neuron-torch render` (device counts per instance type, the fabric provider and EFA device
-counts). `NEURON_SMOKE_INSTANCE_FACTS=FILE` reads another release's rendering instead (the test release's, whose
-fabric is libfabric's `tcp`): the provider is always the release's, never an option of its own. Torch-free."""
+constraints/matrix.toml by `neuron-torch render` (device counts per instance type, the peak of one physical
+NeuronCore per instance type, the fabric provider and EFA device counts). `NEURON_SMOKE_INSTANCE_FACTS=FILE` reads
+another release's rendering instead (the test release's, whose fabric is libfabric's `tcp` and whose peak is the
+simulated device's): the provider and the peak are always the release's, never an option of its own. Torch-free."""
 
 from __future__ import annotations
 
@@ -70,3 +71,24 @@ def default_precision() -> str:
     if not precision:
         raise UsageError(f"{path()}: the release facts name no default compiler precision; pass --precision")
     return precision
+
+
+def core_peaks() -> dict[str, dict[str, float]]:
+    """Dense peak TFLOP/s of one physical NeuronCore, per instance type, per dtype name."""
+    table = load().get("core_peak_tflops") or {}
+    return {str(t): {str(d): float(v) for d, v in peaks.items()} for t, peaks in table.items()}
+
+
+def device_peak(instance_type: str | None, dtype: str, lnc: int) -> tuple[float | None, str]:
+    """The documented peak of one logical device (LNC physical cores) of `instance_type`, and where it is from. An
+    instance type the release gives no peak for (or none known) gets the lowest documented one of the release: the
+    floor stays a floor on every instance type."""
+    peaks = {t: p[dtype] for t, p in core_peaks().items() if dtype in p}
+    release = str(load().get("release") or "the release")
+    if instance_type in peaks:
+        return peaks[instance_type] * lnc, f"{instance_type} per logical device at LNC={lnc} ({release}, dense)"
+    if not peaks:
+        return None, ""
+    lowest = min(peaks, key=lambda t: peaks[t])
+    why = f"instance type {instance_type} has none documented" if instance_type else "instance type unknown"
+    return peaks[lowest] * lnc, f"{lowest} per logical device at LNC={lnc} ({release}, dense; {why})"

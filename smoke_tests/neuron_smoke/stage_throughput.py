@@ -1,8 +1,8 @@
 """Stage 9: steady-state matmul TFLOP/s and the percentage of the device's peak where the peak is known.
 
-On neuron the peak is the documented one of a logical device (backends.neuron_device_peak) unless --peak-tflops
-gives another, and throughput under --throughput-floor percent of it fails: that is a device computing at host speed
-(ops silently running on the CPU), whatever the op tracking says."""
+On neuron the peak is the release's for the instance type (release_facts.device_peak: constraints/matrix.toml, rendered
+into neuron_instances.json) unless --peak-tflops gives another, and throughput under --throughput-floor percent of it
+fails: that is a device computing at host speed (ops silently running on the CPU), whatever the op tracking says."""
 
 from __future__ import annotations
 
@@ -10,8 +10,9 @@ import statistics
 
 import torch
 
-from neuron_smoke.backends import neuron_device_peak
+from neuron_smoke import cores, release_facts
 from neuron_smoke.context import Context, StageLog
+from neuron_smoke.host import instance_type_from_imds
 from neuron_smoke.stage_compile import steady_state
 
 
@@ -25,7 +26,8 @@ def peak_tflops(ctx: Context, name: str, dtype: torch.dtype) -> tuple[float | No
     if ctx.options.peak_tflops:
         return ctx.options.peak_tflops, "--peak-tflops"
     if ctx.backend.name == "neuron":
-        return neuron_device_peak(dtype), "Trainium2 per logical device (AWS, dense)"
+        instance = ctx.options.instance_type or instance_type_from_imds()
+        return release_facts.device_peak(instance, str(dtype).removeprefix("torch."), cores.lnc())
     return ctx.backend.peak_for(name, dtype), f"{name} datasheet"
 
 
@@ -58,6 +60,7 @@ def run(ctx: Context, log: StageLog) -> None:
     if floor and percent is not None and percent < floor:
         log.fail(
             f"throughput {tflops:.3g} TFLOP/s is {percent:.2g}% of the {peak:g} TFLOP/s peak ({source}), under the "
-            f"{floor:g}% floor: the device computes at host speed (is the work running on the CPU?); "
+            f"{floor:g}% floor: the device computes far below its documented speed (at host speed? is the work running "
+            "on the CPU?); "
             "--throughput-floor sets the floor, --peak-tflops the peak"
         )

@@ -263,7 +263,13 @@ def _instances(
     families = {}
     for name, fam in r.entries(data, "instance_families"):
         prefix = f"instance_families.{name}."
-        families[name] = InstanceFamily(name, r.text(fam, "arch", prefix), r.whole(fam, "lnc_default", prefix))
+        families[name] = InstanceFamily(
+            name,
+            r.text(fam, "arch", prefix),
+            r.whole(fam, "lnc_default", prefix),
+            _peak_tflops(r, fam, prefix),
+            r.whole(fam, "physical_cores_per_chip", prefix) if "physical_cores_per_chip" in fam else 0,
+        )
         if families[name].arch in unsupported.arch:
             raise r.fail(f"{prefix}arch", f"{families[name].arch} is listed under [unsupported.arch]")
     instances = {}
@@ -276,6 +282,27 @@ def _instances(
         fields = {**r.record(inst, prefix, INSTANCE), **r.record(inst, prefix, optional)}
         instances[itype] = Instance(type=itype, family=family, **fields)
     return families, instances
+
+
+PEAK_DTYPES = ("bfloat16", "float32")
+
+
+def _peak_tflops(r: Reader, family: Mapping[str, Any], prefix: str) -> dict[str, float]:
+    """A family's optional `peak_tflops = { bfloat16 = X, float32 = Y }`: dense TFLOP/s per chip, each > 0."""
+    if "peak_tflops" not in family:
+        return {}
+    table = r.table(family, "peak_tflops", prefix)
+    peaks = {}
+    for dtype, value in table.items():
+        key = f"{prefix}peak_tflops.{dtype}"
+        if dtype not in PEAK_DTYPES:
+            raise r.fail(key, f"'{dtype}' is not one of {', '.join(PEAK_DTYPES)}")
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
+            raise r.fail(key, f"must be a number of TFLOP/s > 0, not {value!r}")
+        peaks[dtype] = float(value)
+    if peaks and "physical_cores_per_chip" not in family:
+        raise r.fail(f"{prefix}physical_cores_per_chip", "missing value (a chip's peak is shared by its cores)")
+    return peaks
 
 
 def _fabric(r: Reader, data: Mapping[str, Any]) -> Fabric:

@@ -96,6 +96,17 @@ class InstanceFamily:
     name: str
     arch: str
     lnc_default: int
+    # Dense peak TFLOP/s of one chip per dtype ("bfloat16", "float32") and its physical NeuronCores; empty and 0
+    # where the release does not document them. verify-device's throughput floor is a share of a logical device's
+    # part (lnc / physical_cores_per_chip of a chip).
+    peak_tflops: Mapping[str, float] = field(default_factory=dict)
+    physical_cores_per_chip: int = 0
+
+    def core_peak_tflops(self) -> dict[str, float]:
+        """Peak TFLOP/s of one physical NeuronCore per dtype; empty where not documented."""
+        if not self.physical_cores_per_chip:
+            return {}
+        return {dtype: chip / self.physical_cores_per_chip for dtype, chip in self.peak_tflops.items()}
 
 
 @dataclass(frozen=True)

@@ -79,14 +79,17 @@ def smoke_instance_facts(matrix: Matrix) -> dict[Path, str]:
 
 
 def instance_facts(matrix: Matrix) -> dict[str, object]:
-    """What verify-device reads of a release: device counts, and the fabric its cluster stages check (the test
-    release's are written where its tests point `NEURON_SMOKE_INSTANCE_FACTS`)."""
+    """What verify-device reads of a release: device counts, the peak of one physical NeuronCore (its throughput
+    floor), and the fabric its cluster stages check (the test release's are written where its tests point
+    `NEURON_SMOKE_INSTANCE_FACTS`)."""
     instances = matrix.instances.values()
+    core_peaks = {i.type: matrix.instance_families[i.family].core_peak_tflops() for i in instances}
     return {
         "_generated": banner(matrix),
         "release": matrix.release.name,
         "logical_devices": {i.type: i.expected_devices for i in instances if i.expected_devices},
         "undocumented": sorted(i.type for i in instances if not i.expected_devices),
+        "core_peak_tflops": {t: peaks for t, peaks in core_peaks.items() if peaks},
         "fabric": {
             "provider": matrix.fabric.provider,
             "note": matrix.fabric.note,

@@ -63,6 +63,49 @@ const std::set<std::string>& matmul_ops() {
   return ops;
 }
 
+// The device's speed (neuron_sim.configure_speed): nanoseconds per flop of a bfloat16 / float32 matmul; 0 is host speed.
+std::atomic<double> g_ns_per_flop_bf16{0.0};
+std::atomic<double> g_ns_per_flop_fp32{0.0};
+// NEURON_SIM_INJECT=slow_device: square bfloat16 matmuls up to this size run g_slow_factor times slower.
+std::atomic<double> g_slow_factor{1.0};
+std::atomic<int64_t> g_slow_max_dim{0};
+
+// 2K of a matmul op on the stack before the call (K: the inner dimension); times the output's elements, its flops.
+double twice_inner_dim(const std::string& name, const torch::jit::Stack& stack, size_t nargs) {
+  const size_t mat1 = stack.size() - nargs + ((name == "aten::addmm" || name == "aten::baddbmm") ? 1 : 0);
+  if (mat1 >= stack.size() || !stack[mat1].isTensor()) {
+    return 0.0;
+  }
+  return 2.0 * static_cast<double>(stack[mat1].toTensor().size(-1));
+}
+
+// A matmul returns no sooner than its flops at the configured speed allow: a device runs at its own speed.
+void pace(double two_k, const torch::jit::Stack& stack, std::chrono::steady_clock::time_point start) {
+  for (const auto& value : stack) {
+    if (!value.isTensor()) {
+      continue;
+    }
+    const auto& out = value.toTensor();
+    const auto type = out.scalar_type();
+    double ns = type == at::kBFloat16 ? g_ns_per_flop_bf16.load() : type == at::kFloat ? g_ns_per_flop_fp32.load() : 0.0;
+    const auto k = static_cast<int64_t>(two_k / 2);
+    if (type == at::kBFloat16 && out.dim() == 2 && out.size(0) == k && out.size(1) == k && k <= g_slow_max_dim.load()) {
+      ns *= g_slow_factor.load();
+    }
+    if (ns > 0.0 && two_k > 0.0) {
+      std::this_thread::sleep_until(start + std::chrono::nanoseconds(static_cast<int64_t>(two_k * out.numel() * ns)));
+    }
+    return;
+  }
+}
+
+void configure_speed(double bf16_tflops, double fp32_tflops, double slow_factor, int64_t slow_max_dim) {
+  g_ns_per_flop_bf16 = bf16_tflops > 0.0 ? 1e-3 / bf16_tflops : 0.0;
+  g_ns_per_flop_fp32 = fp32_tflops > 0.0 ? 1e-3 / fp32_tflops : 0.0;
+  g_slow_factor = slow_factor;
+  g_slow_max_dim = slow_max_dim;
+}
+
 at::Tensor as_cpu_view(const at::Tensor& t) {
   return at::from_blob(t.data_ptr(), t.sizes(), t.strides(), t.options().device(at::kCPU));
 }
@@ -462,7 +505,12 @@ void boxed_fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   } else {
     compile_on_first_use(signature(name, *stack, op.schema().arguments().size()));
   }
+  const double two_k = is_matmul ? twice_inner_dim(name, *stack, op.schema().arguments().size()) : 0.0;
+  const auto start = std::chrono::steady_clock::now();
   at::native::cpu_fallback(op, stack);
+  if (is_matmul) {
+    pace(two_k, *stack, start);
+  }
   for (const auto& value : *stack) {
     if (value.isTensor()) {
       if (is_matmul && g_wrong_matmul.load()) {
@@ -611,6 +659,8 @@ TORCH_LIBRARY(neuron_sim, m) {
       "bool float64_as_float32) -> ()",
       &configure_compile);
   m.def("compile_stats() -> int[]", &compile_stats);
+  m.def("configure_speed(float bf16_tflops, float fp32_tflops, float slow_factor, int slow_max_dim) -> ()",
+        &configure_speed);
   m.def("runtime_initialized() -> bool", &runtime_initialized);
 }
 

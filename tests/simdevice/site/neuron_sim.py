@@ -77,6 +77,7 @@ def configure_from_env() -> None:
     torch.ops.neuron_sim.configure(devices, "wrong_matmul" in faults, "hang" in faults)
     torch.ops.neuron_sim.configure_runtime(plan.enforce, plan.nodes, plan.core_locks, plan.core_labels, plan.init_error)
     configure_compile()
+    configure_speed()
     fallback = os.environ.get("NEURON_SIM_FALLBACK_OPS")
     if fallback is not None:
         names = [n.strip() for n in fallback.split(",") if n.strip()]
@@ -102,3 +103,35 @@ def configure_compile() -> None:
         rules.is_on("eager_fallback"),
         rules.is_on("float64"),
     )
+
+
+# The simulated device reaches this share of its documented matmul peak (a real one reaches a share of it too).
+EFFICIENCY = 0.5
+# NEURON_SIM_INJECT=slow_device: square bfloat16 matmuls up to SLOW_MAX_DIM (the throughput stage's size in the
+# tests) SLOW_FACTOR times slower; the matmul stage's large cases would take minutes at that speed.
+SLOW_FACTOR = 20.0
+SLOW_MAX_DIM = 512
+
+
+def configure_speed() -> None:
+    """The device's matmul speed from the release verify-device reads ($NEURON_SMOKE_INSTANCE_FACTS, the test release's
+    rendering): EFFICIENCY of a logical device's documented peak, the lowest documented instance type's (the twin names
+    no instance type; verify-device takes the same one). Unset: host speed."""
+    import json
+
+    import neuron_sim_faults
+    import neuron_sim_rules
+
+    named = os.environ.get("NEURON_SMOKE_INSTANCE_FACTS", "").strip()
+    if not named:
+        return
+    table = json.loads(Path(named).read_text(encoding="utf-8")).get("core_peak_tflops") or {}
+    share = EFFICIENCY * neuron_sim_rules.lnc()
+    slow = "slow_device" in neuron_sim_faults.selected()
+
+    def speed(dtype: str) -> float:
+        peaks = [float(p[dtype]) for p in table.values() if dtype in p]
+        return min(peaks) * share if peaks else 0.0
+
+    factor, max_dim = (SLOW_FACTOR, SLOW_MAX_DIM) if slow else (1.0, 0)
+    torch.ops.neuron_sim.configure_speed(speed("bfloat16"), speed("float32"), factor, max_dim)

@@ -1,6 +1,5 @@
 """Unit tests of neuron_smoke.backends: device-file discovery (NEURON_SMOKE_DEV_GLOB into tmp_path), `auto`
-resolution, the peak tables and the Neuron per-device peak by LNC, and the instance counts rendered from the
-matrix."""
+resolution, the peak tables, and the instance counts rendered from the matrix."""
 
 from __future__ import annotations
 
@@ -10,7 +9,7 @@ import pytest
 import torch
 
 from neuron_smoke import backends
-from neuron_smoke.backends import BACKENDS, CPU, CUDA, NEURON, TRN2_CHIP_PEAK_TFLOPS, TRN2_CORES_PER_CHIP
+from neuron_smoke.backends import BACKENDS, CPU, CUDA, NEURON
 from neuron_torch.matrix import Matrix
 
 
@@ -47,20 +46,6 @@ def test_peak_for_takes_the_longest_matching_name_case_insensitively() -> None:
     assert CUDA.peak_for("NVIDIA L40S", torch.bfloat16) == table["L40S"]["bfloat16"]  # not L4's
     assert CUDA.peak_for("NVIDIA H200", torch.float16) is None  # no figure for the dtype
     assert CUDA.peak_for("Tesla V100", torch.float32) is None
-
-
-@pytest.mark.parametrize(("lnc", "share"), [(None, 2), ("2", 2), ("1", 1), (" 1 ", 1)])
-def test_neuron_device_peak_is_the_chips_share_at_the_lnc(
-    monkeypatch: pytest.MonkeyPatch, lnc: str | None, share: int
-) -> None:
-    if lnc is None:
-        monkeypatch.delenv("NEURON_LOGICAL_NC_CONFIG", raising=False)
-    else:
-        monkeypatch.setenv("NEURON_LOGICAL_NC_CONFIG", lnc)
-    for dtype in (torch.bfloat16, torch.float32):
-        chip = TRN2_CHIP_PEAK_TFLOPS[str(dtype).removeprefix("torch.")]
-        assert backends.neuron_device_peak(dtype) == pytest.approx(chip * share / TRN2_CORES_PER_CHIP)
-    assert backends.neuron_device_peak(torch.float16) is None
 
 
 def test_neuron_instance_counts_are_the_matrix_documented_ones(matrix: Matrix) -> None:

@@ -1,4 +1,5 @@
-"""The bounds of numerics.py on known errors: what passes, what is bfloat16 precision, what is wrong."""
+"""The bounds of numerics.py on known errors: what passes, what is bfloat16 precision, what leans one way (the bias
+test), what is wrong."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ import math
 import torch
 
 from neuron_smoke import stage_model
-from neuron_smoke.numerics import magnitude, matmul_error, model_rtol, nonfinite
+from neuron_smoke.numerics import bias_fit, magnitude, matmul_error, model_bias_allowed, model_rtol, nonfinite
 from neuron_smoke.stage_matmul import Case, make_inputs, precision_of
 
 
@@ -67,3 +68,38 @@ def test_a_failed_comparison_lists_every_tensor_out_of_bound_worst_first() -> No
     report = stage_model.compare(got, ref, 1e-3)
     assert report["out_of_bound"] == ["loss NaN", "output 0.5", "grads.a 0.1", "weights.b 0.01"]
     assert not report["ok"]
+
+
+def test_a_systematic_float32_error_within_the_bf16_input_bound_is_biased_not_auto_cast() -> None:
+    for k in (384, 4096):
+        a, b, bias = _inputs(k)
+        exact = torch.addmm(bias, a, b)
+        cast = torch.addmm(bias, a.bfloat16().float(), b.bfloat16().float())  # rounds to nearest: scatters only
+        assert not matmul_error(exact, a, b, bias=bias).biased
+        assert not matmul_error(cast, a, b, bias=bias).biased
+        for leaning in (exact * 1.005, cast * 1.005, cast * 0.995):
+            err = matmul_error(leaning, a, b, bias=bias)
+            assert err.worst_ratio_bf16_inputs is not None and err.worst_ratio_bf16_inputs <= 1.0  # the bound passes
+            assert err.biased and precision_of(err) == "biased"
+            assert err.bias_allowed is not None and abs(err.bias) > 2 * err.bias_allowed
+
+
+def test_a_bfloat16_matmul_may_lean_by_its_output_rounding_only() -> None:
+    a, b, bias = _inputs(384, torch.bfloat16)
+    err = matmul_error(torch.addmm(bias, a, b), a, b, bias=bias)
+    assert not err.biased and err.bias_allowed is not None
+    assert 2 * 2.0**-8 < err.bias_allowed < 0.01  # rounding the output toward zero, and the scatter
+
+
+def test_the_bias_fit_and_what_a_model_tensor_may_lean() -> None:
+    gen = torch.Generator().manual_seed(0)
+    ref = torch.randn(4096, generator=gen)
+    beta, se = bias_fit(ref * 1.01, ref)
+    assert math.isclose(beta, 0.01, rel_tol=1e-5) and se < 1e-9
+    noisy = ref + 0.01 * torch.randn(4096, generator=gen) * ref.abs()  # scatters: beta within its standard errors
+    beta, se = bias_fit(noisy, ref)
+    assert abs(beta) < 4 * se and se > 0
+    assert bias_fit(ref, torch.zeros(4096)) == (0.0, 0.0)
+    assert bias_fit(torch.full((3,), math.nan), torch.ones(3))[0] == math.inf
+    assert model_bias_allowed(torch.bfloat16, 0.0) == 2 * 2.0**-8
+    assert model_bias_allowed(torch.float32, 0.001) == 2.0**-13 + 6 * 0.001  # float32 by the function floor

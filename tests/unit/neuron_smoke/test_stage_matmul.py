@@ -106,3 +106,51 @@ def test_strict_fp32_fails_each_float32_case_at_bfloat16_precision(monkeypatch: 
     assert [f.split(":")[0] for f in log.failures] == fp32
     assert all("bfloat16 input precision" in f and "--strict-fp32" in f for f in log.failures)
     assert log.notes == []
+
+
+def test_repeat_difference_is_none_only_for_the_same_bits() -> None:
+    t = torch.randn(4, 3)
+    assert stage_matmul.repeat_difference(t, t.clone()) is None
+    assert stage_matmul.repeat_difference(t.bfloat16(), t.bfloat16()) is None
+    off = t.clone()
+    off[1, 2] += 1e-3 * float(t.abs().max())
+    assert stage_matmul.repeat_difference(t, off) == pytest.approx(1e-3, rel=1e-3)
+    nan = t.clone()
+    nan[0, 0] = float("nan")
+    assert stage_matmul.repeat_difference(nan, nan.clone()) is None  # the same bits, NaN included
+    assert stage_matmul.repeat_difference(t, nan) == float("inf")
+
+
+def test_a_float32_matmul_that_leans_one_way_fails_and_keeps_the_model_at_float32(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    def lean(case: Case, a: torch.Tensor, b: torch.Tensor, bias: torch.Tensor | None, out: torch.Tensor) -> Any:
+        at_bf16 = _at_bf16_inputs(case, a, b, bias, out)  # auto-cast, and 0.5 % too large: within its bound
+        return at_bf16 * 1.005 if case.dtype == torch.float32 else out
+
+    _device(monkeypatch, lean)
+    # The stage's two smallest shapes: SMALL's 561 elements average too few errors to tell 0.5 % from scatter.
+    real = [Case(op, shape, dtype, 1) for op, shape in SHAPES[:2] for dtype in DTYPES]
+    monkeypatch.setattr(stage_matmul, "cases", lambda: real)
+    ctx, log = _ctx(), StageLog()
+    stage_matmul.run(ctx, log)
+    fp32 = [c.label for c in real if c.dtype == torch.float32]
+    assert [label for label, r in log.numbers["cases"].items() if not r["ok"]] == fp32
+    assert all("systematically +0.5" in f and "leans one way" in f for f in log.failures) and len(log.failures) == len(
+        fp32
+    )
+    assert ctx.shared["fp32_matmul_precision"] == torch.float32 and log.notes == []
+
+
+def test_results_that_differ_run_to_run_fail_as_not_repeatable(monkeypatch: pytest.MonkeyPatch) -> None:
+    calls: list[Case] = []
+
+    def noisy(case: Case, a: torch.Tensor, b: torch.Tensor, bias: torch.Tensor | None, out: torch.Tensor) -> Any:
+        calls.append(case)  # every second call of a case 1e-3 off
+        return out if calls.count(case) % 2 else (out.float() * (1 + 1e-3 * torch.randn(out.shape))).to(out.dtype)
+
+    _device(monkeypatch, noisy)
+    ctx, log = _ctx(), StageLog()
+    stage_matmul.run(ctx, log)
+    assert len(log.failures) == len(SMALL) and all("not repeatable" in f for f in log.failures)
+    assert all(r["repeat_difference"] > 0 and not r["ok"] for r in log.numbers["cases"].values())

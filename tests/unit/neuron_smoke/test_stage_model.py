@@ -15,7 +15,7 @@ from torch import nn
 from neuron_smoke import stage_model
 from neuron_smoke.backends import CPU
 from neuron_smoke.context import Context, Options, StageLog
-from neuron_smoke.models import ModelSpec, mean_square_loss
+from neuron_smoke.models import ModelSpec, default_factory, mean_square_loss
 from neuron_smoke.numerics import model_rtol
 from neuron_smoke.stage_model import LR, Mode
 
@@ -127,6 +127,9 @@ def test_modes_and_their_bounds() -> None:
         model_rtol(torch.bfloat16, k, native=True),
         torch.bfloat16,
     )
+    # With its tensors' conditioning measured against float64: the default model's bound under autocast.
+    conditioned = stage_model.bound_for(ctx, native, Mode("bfloat16"), conditioned=True)
+    assert conditioned == (model_rtol(torch.bfloat16, k), torch.bfloat16) and conditioned[0] < 0.04
 
 
 def test_the_stage_passes_on_the_cpu_and_keeps_the_compiled_step(no_dynamo: list[str | None]) -> None:
@@ -165,3 +168,55 @@ def test_a_device_run_off_the_reference_fails_naming_the_run_and_tensors(
     (failure,) = log.failures
     assert failure.startswith("float32: 1 tensor(s) differ from the CPU reference") and failure.endswith("loss 0.5")
     assert not log.numbers["runs"]["float32"]["ok"] and log.numbers["runs"]["float32 compiled (stand-in)"]["ok"]
+
+
+def _bf16_block() -> ModelSpec:
+    """The default model in bfloat16: a user's bfloat16 model with layer norms and a softmax."""
+    model, args, loss_fn = default_factory()
+    return ModelSpec(model.bfloat16(), args, {}, loss_fn, "bf16 block")
+
+
+def test_a_bf16_models_bounds_come_from_its_reduction_size_and_measured_conditioning() -> None:
+    spec = _bf16_block()
+    reference = stage_model.train_step(spec, "cpu")
+    exact = stage_model.exact_run(spec)
+    assert exact is not None and exact["loss"].dtype == torch.float32  # the loss function's own .float()
+    assert exact["weights"]["head.weight"].dtype == torch.float64
+    base = model_rtol(torch.bfloat16, stage_model.reduction_size(spec.model))
+    bounds = stage_model.tensor_bounds(base, reference, exact)
+    assert set(bounds) == set(stage_model.flatten(reference)) and min(bounds.values()) == base
+    assert stage_model.compare(reference, reference, base, bounds)["ok"]
+    assert stage_model.bias_failures(reference, exact, torch.bfloat16) == []  # the CPU's bfloat16 scatters
+
+
+def test_a_2pct_softmax_error_in_a_bf16_model_leans_one_way(monkeypatch: pytest.MonkeyPatch) -> None:
+    spec = _bf16_block()
+    exact = stage_model.exact_run(spec)
+    assert exact is not None
+    softmax = torch.Tensor.softmax
+    monkeypatch.setattr(torch.Tensor, "softmax", lambda t, *a, **k: softmax(t, *a, **k) * 1.02)
+    found = stage_model.bias_failures(stage_model.train_step(spec, "cpu"), exact, torch.bfloat16)
+    assert any(f.startswith("grads.qkv.weight +") for f in found), found
+
+
+def test_no_float64_run_means_no_bias_test_and_the_native_bound(no_dynamo: list[str | None]) -> None:
+    class NoFloat64(nn.Module):  # as a model calling a kernel without a float64 version
+        def __init__(self) -> None:
+            super().__init__()
+            self.lin = nn.Linear(4, 4)
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            if x.dtype == torch.float64:
+                raise TypeError("no float64 kernel")
+            out: torch.Tensor = self.lin(x)
+            return out
+
+    spec = ModelSpec(NoFloat64().bfloat16(), (torch.randn(3, 4).bfloat16(),), {}, mean_square_loss, "f32")
+    assert stage_model.exact_run(spec) is None
+    ctx = _ctx()
+    ctx.shared["model_spec"] = spec
+    log = StageLog()
+    stage_model.run(ctx, log)
+    assert any("does not run in float64" in n for n in log.notes)
+    run = log.numbers["runs"]["bfloat16"]
+    assert run["biased"] == [] and run["rtol"] == model_rtol(torch.bfloat16, 64, native=True)

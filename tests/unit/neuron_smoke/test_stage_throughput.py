@@ -1,17 +1,20 @@
-"""stage_throughput.py: where the peak comes from (--peak-tflops, the Neuron per-device figure, a datasheet), the
+"""stage_throughput.py: where the peak comes from (--peak-tflops, the release's per-device figure, a datasheet), the
 numbers of a small CPU run, and the floor that fails a "Neuron device" computing at host speed (the CPU standing in for
 it under the neuron name)."""
 
 from __future__ import annotations
 
 import dataclasses
+import json
+from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
 import torch
 
-from neuron_smoke import stage_throughput
-from neuron_smoke.backends import CPU, CUDA, NEURON, Backend, neuron_device_peak
+from neuron_smoke import release_facts, stage_throughput
+from neuron_smoke.backends import CPU, CUDA, NEURON, Backend
 from neuron_smoke.context import Context, Options, StageLog
 
 
@@ -24,6 +27,15 @@ class CpuNamedNeuron(Backend):
         return "cpu"
 
 
+@pytest.fixture(autouse=True)
+def packaged_release(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """The packaged release's facts, read afresh (release_facts.load caches what another test named)."""
+    monkeypatch.delenv(release_facts.ENV, raising=False)
+    release_facts.load.cache_clear()
+    yield
+    release_facts.load.cache_clear()
+
+
 def _ctx(backend: Backend = CPU, **options: Any) -> Context:
     return Context(
         options=Options(device="cpu", iterations=2, warmup=1, throughput_size=64, **options), backend=backend
@@ -32,8 +44,9 @@ def _ctx(backend: Backend = CPU, **options: Any) -> Context:
 
 def test_the_peak_and_its_source() -> None:
     assert stage_throughput.peak_tflops(_ctx(peak_tflops=12.5), "cpu", torch.float32) == (12.5, "--peak-tflops")
-    neuron = stage_throughput.peak_tflops(_ctx(NEURON), "neuron", torch.bfloat16)
-    assert neuron[0] == neuron_device_peak(torch.bfloat16) and neuron[0] is not None and "Trainium2" in neuron[1]
+    neuron = stage_throughput.peak_tflops(_ctx(NEURON, instance_type="trn2.48xlarge"), "neuron", torch.bfloat16)
+    assert neuron == release_facts.device_peak("trn2.48xlarge", "bfloat16", 2)
+    assert neuron[0] == pytest.approx(667 / 4) and "trn2.48xlarge per logical device at LNC=2" in neuron[1]
     name = next(iter(CUDA.peak_tflops))
     assert stage_throughput.peak_tflops(_ctx(CUDA), f"NVIDIA {name}", torch.float32) == (
         CUDA.peak_for(f"NVIDIA {name}", torch.float32),
@@ -41,6 +54,41 @@ def test_the_peak_and_its_source() -> None:
     )
     assert stage_throughput.peak_tflops(_ctx(), "cpu", torch.float32)[0] is None
     assert stage_throughput.device_name(_ctx()) == "cpu"
+
+
+@pytest.mark.parametrize(("lnc", "share"), [(None, 2), ("2", 2), ("1", 1)])
+def test_the_neuron_peak_is_the_releases_per_core_figure_at_the_lnc(
+    monkeypatch: pytest.MonkeyPatch, lnc: str | None, share: int
+) -> None:
+    if lnc is None:
+        monkeypatch.delenv("NEURON_LOGICAL_NC_CONFIG", raising=False)
+    else:
+        monkeypatch.setenv("NEURON_LOGICAL_NC_CONFIG", lnc)
+    core = release_facts.core_peaks()["trn2.48xlarge"]
+    for dtype in (torch.bfloat16, torch.float32):
+        got = stage_throughput.peak_tflops(_ctx(NEURON, instance_type="trn2.48xlarge"), "neuron", dtype)
+        assert got[0] == pytest.approx(core[str(dtype).removeprefix("torch.")] * share)
+    assert stage_throughput.peak_tflops(_ctx(NEURON), "neuron", torch.float16) == (None, "")
+
+
+def test_an_unknown_or_undocumented_instance_gets_the_releases_lowest_peak(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    facts = tmp_path / "facts.json"
+    peaks = {"fast.x": {"bfloat16": 10.0}, "slow.x": {"bfloat16": 2.0, "float32": 1.0}}
+    facts.write_text(json.dumps({"release": "r", "logical_devices": {}, "core_peak_tflops": peaks}))
+    monkeypatch.setenv(release_facts.ENV, str(facts))
+    release_facts.load.cache_clear()
+    try:
+        assert release_facts.device_peak("fast.x", "bfloat16", 2) == (
+            20.0,
+            "fast.x per logical device at LNC=2 (r, dense)",
+        )
+        unknown, source = release_facts.device_peak(None, "bfloat16", 1)
+        assert unknown == 2.0 and "slow.x" in source and "instance type unknown" in source
+        assert "trn3.48xlarge has none documented" in release_facts.device_peak("trn3.48xlarge", "bfloat16", 2)[1]
+    finally:
+        release_facts.load.cache_clear()
 
 
 def test_a_cpu_run_reports_tflops_without_a_peak() -> None:
