@@ -181,19 +181,25 @@ def test_the_roles_take_the_checkout_s_paths_from_the_checkout_filter() -> None:
 
 # --- neuron_verify: the smoke tests as one archive ----------------------------------------------------------------
 
-INSTALL_PLAY = """---
-- name: Install the smoke tests and verify-device
+
+def local_play(role: str, tasks: str, what: str) -> str:
+    """A play that runs one task file of a role on this machine (connection local), as the controller's Python."""
+    return f"""---
+- name: {what}
   hosts: localhost
   connection: local
   gather_facts: false
   vars:
-    ansible_python_interpreter: "{{ ansible_playbook_python }}"
+    ansible_python_interpreter: "{{{{ ansible_playbook_python }}}}"
   tasks:
-    - name: Run the role's install tasks.
+    - name: Run the role's {tasks.removesuffix(".yml")} tasks.
       ansible.builtin.include_role:
-        name: neuron_verify
-        tasks_from: install.yml
+        name: {role}
+        tasks_from: {tasks}
 """
+
+
+INSTALL_PLAY = local_play("neuron_verify", "install.yml", "Install the smoke tests and verify-device")
 
 
 def test_smoke_tests_are_deployed_as_one_archive_idempotently_and_an_edit_is_deployed_again(tmp_path: Path) -> None:
@@ -243,19 +249,7 @@ def test_smoke_tests_are_deployed_as_one_archive_idempotently_and_an_edit_is_dep
 
 # --- neuron_runtime: the login shell's profile and the shared compile cache ----------------------------------------
 
-PROFILE_PLAY = """---
-- name: Write the login shell's profile
-  hosts: localhost
-  connection: local
-  gather_facts: false
-  vars:
-    ansible_python_interpreter: "{{ ansible_playbook_python }}"
-  tasks:
-    - name: Run the role's profile tasks.
-      ansible.builtin.include_role:
-        name: neuron_runtime
-        tasks_from: profile.yml
-"""
+PROFILE_PLAY = local_play("neuron_runtime", "profile.yml", "Write the login shell's profile")
 
 
 def test_the_profile_exports_the_shared_compile_cache_only_when_one_is_set(tmp_path: Path) -> None:
