@@ -33,6 +33,13 @@ def add_mirror_option(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--mirror", type=Path, help=f"mirror settings file (default: ${MIRROR_ENV_VAR})")
 
 
+def cell_parser(sub: Subparsers, name: str, help: str) -> OneLineParser:
+    """A sub-command that works on one cell: its parser, with the required --cell."""
+    p = sub.add_parser(name, help=help)
+    p.add_argument("--cell", required=True, help="cell id")
+    return p
+
+
 def add_matrix(sub: Subparsers) -> None:
     p = sub.add_parser("matrix", help="list the cells of the release")
     p.add_argument("--json", action="store_true")
@@ -88,10 +95,7 @@ def add_check(sub: Subparsers) -> None:
 def add_build(sub: Subparsers) -> None:
     p = sub.add_parser("build", help="build a cell's container image or AMI (build image | build ami)")
     what = p.add_subparsers(dest="artifact", required=True, metavar="ARTIFACT")
-    p = what.add_parser(
-        "image", help="the cell's container image: tags neuron-torch:CELL (and :latest for the default)"
-    )
-    p.add_argument("--cell", required=True, help="cell id")
+    p = cell_parser(what, "image", "the cell's container image: tags neuron-torch:CELL (and :latest for the default)")
     p.add_argument("--tag", action="append", default=[], help="tag with this instead of the default tags (repeatable)")
     p.add_argument("--network", help="build network, e.g. host to reach a mirror or the test bed on loopback")
     p.add_argument("--ca-bundle", type=Path, help="CA bundle (PEM) for TLS-intercepting proxies: a build secret only")
@@ -102,10 +106,7 @@ def add_build(sub: Subparsers) -> None:
     p.add_argument("--dry-run", action="store_true", help="print the docker command without running it")
     p.set_defaults(handler=commands.cmd_build_image)
 
-    p = what.add_parser(
-        "ami", help="the cell's AMI with Packer, after fmt -check and validate (--only docker: locally)"
-    )
-    p.add_argument("--cell", required=True, help="cell id")
+    p = cell_parser(what, "ami", "the cell's AMI with Packer, after fmt -check and validate (--only docker: locally)")
     p.add_argument("--only", choices=sorted(PACKER_SOURCES), help="build only this Packer source")
     p.add_argument("--packer", default="packer", help="the packer executable")
     p.add_argument("--lock", type=Path, help="the hash lock to install (default: the cell's lock path)")
@@ -121,10 +122,7 @@ def add_build(sub: Subparsers) -> None:
 def add_publish(sub: Subparsers) -> None:
     p = sub.add_parser("publish", help="push a cell's built image to a registry and record its digest (publish image)")
     what = p.add_subparsers(dest="artifact", required=True, metavar="ARTIFACT")
-    p = what.add_parser(
-        "image", help="push neuron-torch:CELL as RELEASE-CELL-SHA (immutable), CELL and latest (moving)"
-    )
-    p.add_argument("--cell", required=True, help="cell id")
+    p = cell_parser(what, "image", "push neuron-torch:CELL as RELEASE-CELL-SHA (immutable), CELL and latest (moving)")
     p.add_argument("--registry", required=True, metavar="REG[/PATH]", help="e.g. registry.example.com/ml")
     p.add_argument("--record", type=Path, metavar="FILE", help="write the digest record here "
                    "(default: build/publish/TAG.json)")  # fmt: skip
@@ -147,8 +145,7 @@ def add_verify_image(sub: Subparsers) -> None:
 
 def add_bundle(sub: Subparsers) -> None:
     """`neuron-torch bundle --cell ID --out DIR [--mirror FILE] [--host]`: an offline bundle of one cell."""
-    p = sub.add_parser("bundle", help="an offline bundle of one cell: wheels, apt packages, checksums, manifest")
-    p.add_argument("--cell", required=True, help="cell id")
+    p = cell_parser(sub, "bundle", "an offline bundle of one cell: wheels, apt packages, checksums, manifest")
     p.add_argument("--out", type=Path, required=True, help="a new folder for the bundle")
     add_mirror_option(p)
     p.add_argument("--lock", type=Path, help="the lock to bundle (default: the cell's lock path)")
