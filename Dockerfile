@@ -163,6 +163,10 @@ COPY smoke_tests /opt/neuron-torch/smoke_tests
 # and their SHA256SUMS in /etc/neuron-torch/bom (neuron_cell.sbom, the generator the Packer builds run too).
 # `neuron-torch build image` then labels the image io.neuron-torch.bom with the sha256 of SHA256SUMS.
 RUN PYTHONPATH=/opt/neuron-torch/lib /opt/neuron-torch/venv/bin/python -m neuron_cell.sbom --out /etc/neuron-torch/bom
+# The commit built from (`neuron-torch build image` passes the full sha, `-dirty` for an edited checkout): declared
+# last, so a new commit changes this label and no layer.
+ARG REVISION
+LABEL org.opencontainers.image.revision="${REVISION}"
 USER 1000:1000
 WORKDIR /home/neuron
 ENTRYPOINT ["/usr/local/bin/neuron-torch-entrypoint"]

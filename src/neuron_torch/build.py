@@ -25,6 +25,7 @@ from neuron_torch.buildargs import DOCKER_TAG, build_args
 from neuron_torch.cellinfo import cell_record, relative
 from neuron_torch.errors import NeuronTorchError
 from neuron_torch.files import check_ca_bundle
+from neuron_torch.gitrev import build_revision
 from neuron_torch.lockfile import gate_lock, pip_options, read_lock, read_lock_text, with_pip_options
 from neuron_torch.matrix import Cell, Matrix
 
@@ -180,7 +181,11 @@ def plan_image_build(
             )
     stage_dir, record = stage(matrix, cell, lock_path, write=not dry_run)
     tags = tags or default_tags(matrix, cell)
-    arguments = {**build_args(matrix, record), "CELL_DIR": stage_dir.relative_to(matrix.root).as_posix()}
+    arguments = {
+        **build_args(matrix, record),
+        "CELL_DIR": stage_dir.relative_to(matrix.root).as_posix(),
+        "REVISION": build_revision(matrix.root),
+    }
     command = [docker_binary(), "build", "--file", str(matrix.root / "Dockerfile"), "--progress", "plain"]
     for tag in tags:
         command += ["--tag", tag]

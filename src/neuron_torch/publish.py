@@ -31,10 +31,10 @@ from neuron_torch.build import IMAGE, docker_binary
 from neuron_torch.buildargs import DOCKER_TAG
 from neuron_torch.errors import EXIT_FAILED, NeuronTorchError
 from neuron_torch.files import check_output_file, replace_text
+from neuron_torch.gitrev import git_revision
 from neuron_torch.matrix import Cell, Matrix
 
 RECORD_SCHEMA = 1
-REVISION_DIGITS = 12
 _HOST = re.compile(r"(?:[a-zA-Z0-9](?:[a-zA-Z0-9-]*[a-zA-Z0-9])?)(?:\.[a-zA-Z0-9-]+)*(?::[0-9]{1,5})?")
 # skopeo's words for each failure (containers/image's and the registry's, distribution's error codes among them).
 _AUTH = ("unauthorized", "authentication required", "no basic auth credentials", "denied", "403 forbidden")
@@ -80,27 +80,6 @@ def registry_repository(value: str) -> str:
             f"with no tag or digest; {fix}"
         )
     return repository
-
-
-def git_revision(root: Path, allow_dirty: bool) -> str:
-    """The checkout's commit (REVISION_DIGITS hex digits), `-dirty` appended only when allowed and edited."""
-
-    def git(*args: str) -> subprocess.CompletedProcess[str]:
-        return subprocess.run(["git", "-C", str(root), *args], capture_output=True, text=True, check=False)
-
-    head = git("rev-parse", f"--short={REVISION_DIGITS}", "HEAD")
-    if head.returncode != 0:
-        raise NeuronTorchError(
-            f"{root} is not a git checkout with a commit: an immutable tag names the commit an image was built from; "
-            "publish from the neuron-torch checkout (--project DIR)"
-        )
-    edited = [line for line in git("status", "--porcelain", "--untracked-files=no").stdout.splitlines() if line]
-    if edited and not allow_dirty:
-        raise NeuronTorchError(
-            f"{root} has {len(edited)} uncommitted change(s) (e.g. {edited[0][3:]}): an immutable tag names a commit; "
-            "commit or stash them and rebuild, or pass --allow-dirty to tag <sha>-dirty"
-        )
-    return head.stdout.strip() + ("-dirty" if edited else "")
 
 
 def release_tags(matrix: Matrix, cell: Cell, revision: str) -> tuple[str, list[str]]:

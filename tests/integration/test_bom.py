@@ -6,9 +6,11 @@ from __future__ import annotations
 
 import hashlib
 import json
+import subprocess
 
 import pytest
 
+from tests import REPO_ROOT
 from tests.integration.test_image import BuiltImage, image  # noqa: F401 (the session's image of the test cell)
 from tests.testbed.harness import CELL, docker
 
@@ -48,3 +50,20 @@ def test_the_image_carries_its_bill_of_materials_and_the_label_names_it(image: B
         assert info["packages"]["apt"][package.name].startswith(package.version)
     assert set(info["neuron"]) == {"runtime", "collectives", "tools"}, "no driver in an image"
     assert info["locked"]["torch"] == "2.13.0+cpu" and info["pinned"]["pip"]["torch"] == "2.13.0+cpu"
+
+
+def expected_revision(digits: int = 40) -> str:
+    """The checkout's commit as an image's labels and tags name it: `digits` hex digits, `-dirty` when edited."""
+
+    def git(*args: str) -> str:
+        return subprocess.run(["git", *args], capture_output=True, text=True, check=True, cwd=REPO_ROOT).stdout
+
+    dirty = bool(git("status", "--porcelain", "--untracked-files=no").strip())
+    return git("rev-parse", f"--short={digits}", "HEAD").strip() + ("-dirty" if dirty else "")
+
+
+def test_the_image_names_the_commit_it_was_built_from(image: BuiltImage) -> None:  # noqa: F811
+    labels = json.loads(docker("image", "inspect", "--format", "{{json .Config.Labels}}", image.tag).stdout)
+    assert labels["org.opencontainers.image.revision"] == expected_revision()
+    assert len(expected_revision().removesuffix("-dirty")) == 40
+    assert labels["org.opencontainers.image.version"] == f"{image.matrix.release.name}-{CELL}"

@@ -63,7 +63,8 @@ def test_every_real_cell_renders_consistent_build_args(matrix: Matrix) -> None:
         assert f"torch=={cell.family.torch_pin}" in pins and "+cpu" in cell.family.torch_pin
         assert f"torch-neuronx=={cell.family.torch_neuronx}" in pins
         assert all(f"{name}=={version}" in pins for name, version in cell.packages.items())
-        assert set(rendered) | {"CELL_DIR"} == dockerfile_args(), "the Dockerfile's ARGs and the renderer disagree"
+        own = {"CELL_DIR", "REVISION"}  # the build's own: its staged folder and its commit
+        assert set(rendered) | own == dockerfile_args(), "the Dockerfile's ARGs and the renderer disagree"
 
 
 def test_dockerfile_is_hadolint_clean() -> None:

@@ -19,6 +19,7 @@ from pathlib import Path
 import pytest
 
 from neuron_torch.cli import main
+from tests.integration.test_bom import expected_revision
 from tests.integration.test_image import BuiltImage, image  # noqa: F401 (the session's image of the test cell)
 from tests.testbed import registry as testbed_registry
 from tests.testbed.harness import CELL, DOCKER, TEST_MATRIX, docker, require_docker
@@ -73,14 +74,6 @@ def raw_manifest_digest(registry: testbed_registry.Registry, reference: str) -> 
     return "sha256:" + hashlib.sha256(out).hexdigest()
 
 
-def expected_revision() -> str:
-    def git(*args: str) -> str:
-        return subprocess.run(["git", *args], capture_output=True, text=True, check=True, cwd=TEST_MATRIX.parent).stdout
-
-    dirty = bool(git("status", "--porcelain", "--untracked-files=no").strip())
-    return git("rev-parse", "--short=12", "HEAD").strip() + ("-dirty" if dirty else "")
-
-
 def test_publish_pushes_the_tags_and_the_digest_pulls_back_the_same_image(
     image: BuiltImage,  # noqa: F811
     registry: testbed_registry.Registry,
@@ -93,7 +86,7 @@ def test_publish_pushes_the_tags_and_the_digest_pulls_back_the_same_image(
     out = capsys.readouterr().out
     record = json.loads(record_path.read_text())
     repository = f"{registry.host}/{PATH}/neuron-torch"
-    immutable = f"{image.matrix.release.name}-{CELL}-{expected_revision()}"
+    immutable = f"{image.matrix.release.name}-{CELL}-{expected_revision(12)}"
     assert record["repository"] == repository and record["immutable_tag"] == immutable
     assert record["moving_tags"] == [CELL, "latest"], "the test release's default cell also moves latest"
     label = docker("image", "inspect", "--format", '{{index .Config.Labels "io.neuron-torch.bom"}}', image.tag)

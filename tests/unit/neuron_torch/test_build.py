@@ -124,7 +124,8 @@ def test_the_planned_command_for_a_dry_run(release: Matrix, tmp_path: Path) -> N
     args = dict(command[i + 1].split("=", 1) for i, word in enumerate(command) if word == "--build-arg")
     stage_dir, record = stage(release, cell, lock, write=False)
     assert build.stage_dir == stage_dir
-    assert args == {**build_args(release, record), "CELL_DIR": stage_dir.relative_to(release.root).as_posix()}
+    cell_dir = stage_dir.relative_to(release.root).as_posix()
+    assert args == {**build_args(release, record), "CELL_DIR": cell_dir, "REVISION": ""}, "no checkout: no revision"
     assert not {"--network", "--secret", "--target", "--no-cache"} & set(command)
 
 

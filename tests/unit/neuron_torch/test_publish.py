@@ -18,7 +18,7 @@ import pytest
 from neuron_torch.cli import main
 from neuron_torch.errors import NeuronTorchError
 from neuron_torch.matrix import Matrix
-from neuron_torch.publish import git_revision, push_failure, registry_repository, release_tags, signing_options
+from neuron_torch.publish import push_failure, registry_repository, release_tags, signing_options
 
 DIGEST = "sha256:" + "ab" * 32
 FAKE_DOCKER = """#!/bin/sh
@@ -91,24 +91,6 @@ def committed(test_release: Matrix) -> Matrix:
     git(root, "-c", "user.name=t", "-c", "user.email=t@t", "add", ".")
     git(root, "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "release")
     return test_release
-
-
-def test_the_immutable_tag_names_the_commit_and_an_edited_checkout_is_refused(committed: Matrix) -> None:
-    root = committed.root
-    sha = git(root, "rev-parse", "HEAD")[:12]
-    assert git_revision(root, allow_dirty=False) == sha
-    (root / "untracked.txt").write_text("not part of any build\n")
-    assert git_revision(root, allow_dirty=False) == sha, "an untracked file is no edit"
-    with (root / "constraints" / "test-matrix.toml").open("a") as matrix_file:
-        matrix_file.write("# edited\n")
-    with pytest.raises(NeuronTorchError, match=r"1 uncommitted change.*constraints/test-matrix\.toml.*--allow-dirty"):
-        git_revision(root, allow_dirty=False)
-    assert git_revision(root, allow_dirty=True) == f"{sha}-dirty"
-
-
-def test_a_folder_without_a_commit_is_refused(tmp_path: Path) -> None:
-    with pytest.raises(NeuronTorchError, match="not a git checkout with a commit"):
-        git_revision(tmp_path, allow_dirty=True)
 
 
 @pytest.mark.parametrize(
