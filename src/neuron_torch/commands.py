@@ -242,6 +242,7 @@ def cmd_build_image(args: argparse.Namespace, matrix: Matrix) -> int:
         target=args.target,
         no_cache=args.no_cache,
         dry_run=args.dry_run,
+        release=args.release,
     )
     print("DOCKER_BUILDKIT=1 " + " ".join(shlex.quote(word) for word in build.command), flush=True)
     if args.dry_run:

@@ -26,6 +26,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from neuron_cell.boundary import quote
+from neuron_torch.baseimage import PIN_HOW, split
 from neuron_torch.bom import LABEL as BOM_LABEL
 from neuron_torch.build import IMAGE, docker_binary
 from neuron_torch.buildargs import DOCKER_TAG
@@ -35,6 +36,8 @@ from neuron_torch.gitrev import git_revision
 from neuron_torch.matrix import Cell, Matrix
 
 RECORD_SCHEMA = 1
+BASE_NAME_LABEL = "org.opencontainers.image.base.name"
+BASE_DIGEST_LABEL = "org.opencontainers.image.base.digest"
 _HOST = re.compile(r"(?:[a-zA-Z0-9](?:[a-zA-Z0-9-]*[a-zA-Z0-9])?)(?:\.[a-zA-Z0-9-]+)*(?::[0-9]{1,5})?")
 # skopeo's words for each failure (containers/image's and the registry's, distribution's error codes among them).
 _AUTH = ("unauthorized", "authentication required", "no basic auth credentials", "denied", "403 forbidden")
@@ -53,6 +56,8 @@ class Publication:
     image: str
     image_id: str
     bom: str | None
+    base_image: str
+    base_digest: str
     signed_by: str | None
     repository: str
     digest: str
@@ -88,9 +93,9 @@ def release_tags(matrix: Matrix, cell: Cell, revision: str) -> tuple[str, list[s
     return f"{matrix.release.name}-{cell.id}-{revision}", moving
 
 
-def local_image(docker: str, matrix: Matrix, cell: Cell) -> tuple[str, str | None]:
-    """The built image's id and its bill of materials' label (neuron_torch.bom); refused when there is no image, or
-    it is another release's or cell's image."""
+def local_image(docker: str, matrix: Matrix, cell: Cell) -> tuple[str, dict[str, str]]:
+    """The built image's id and its labels; refused when there is no image, or it is another release's or cell's
+    image."""
     tag = f"{IMAGE}:{cell.id}"
     inspected = subprocess.run(
         [docker, "image", "inspect", "--format", "{{.Id}} {{json .Config.Labels}}", tag],
@@ -109,7 +114,20 @@ def local_image(docker: str, matrix: Matrix, cell: Cell) -> tuple[str, str | Non
             f"{tag} was built for release {built[0]}, cell {built[1]}, not {matrix.release.name}, {cell.id}: "
             f"rebuild it with {build}"
         )
-    return image_id, labels.get(BOM_LABEL)
+    return image_id, labels
+
+
+def pinned_base(tag: str, cell: Cell, labels: dict[str, str]) -> tuple[str, str]:
+    """The release gate on the base: (the base as the release named it, the digest the build was on); refused (exit
+    2, before any push) when the image was built on a base not pinned by digest."""
+    reference, digest = labels.get(BASE_NAME_LABEL, ""), labels.get(BASE_DIGEST_LABEL, "")
+    if split(reference)[1] is None or split(reference)[1] != digest:
+        raise NeuronTorchError(
+            f"{tag} was built on the base image {quote(reference or '(not recorded)')}, not pinned by digest: a "
+            f"release image names the base it was built on by digest. Pin it: {PIN_HOW}. Then rebuild with "
+            f"`neuron-torch build image --cell {cell.id} --release` and publish"
+        )
+    return reference, digest
 
 
 def check_reachable(repository: str, timeout: float = 10) -> None:
@@ -271,9 +289,10 @@ def publish_image(
     path = record or default_record(matrix, immutable)
     check_output_file(path, "--record")
     docker = docker_binary()
-    image_id, bom = local_image(docker, matrix, cell)
-    check_reachable(repository)
     source = f"{IMAGE}:{cell.id}"
+    image_id, labels = local_image(docker, matrix, cell)
+    base, base_digest = pinned_base(source, cell, labels)
+    check_reachable(repository)
     digest = push(source, image_id, repository, immutable, moving, signing)
     publication = Publication(
         schema=RECORD_SCHEMA,
@@ -282,7 +301,9 @@ def publish_image(
         revision=revision,
         image=source,
         image_id=image_id,
-        bom=bom,
+        bom=labels.get(BOM_LABEL),
+        base_image=base,
+        base_digest=base_digest,
         signed_by=sign_by,
         repository=repository,
         digest=digest,

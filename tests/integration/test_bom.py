@@ -50,6 +50,9 @@ def test_the_image_carries_its_bill_of_materials_and_the_label_names_it(image: B
         assert info["packages"]["apt"][package.name].startswith(package.version)
     assert set(info["neuron"]) == {"runtime", "collectives", "tools"}, "no driver in an image"
     assert info["locked"]["torch"] == "2.13.0+cpu" and info["pinned"]["pip"]["torch"] == "2.13.0+cpu"
+    base = matrix.cell(CELL).os.base_image
+    digest = docker("image", "inspect", "--format", "{{.Id}}", base).stdout.strip()  # local-only: its id
+    assert info["base_image"] == {"reference": f"{base}@{digest}", "digest": digest}
 
 
 def expected_revision(digits: int = 40) -> str:
@@ -62,8 +65,14 @@ def expected_revision(digits: int = 40) -> str:
     return git("rev-parse", f"--short={digits}", "HEAD").strip() + ("-dirty" if dirty else "")
 
 
-def test_the_image_names_the_commit_it_was_built_from(image: BuiltImage) -> None:  # noqa: F811
+def test_the_image_names_the_commit_and_the_pinned_base_it_was_built_from(image: BuiltImage) -> None:  # noqa: F811
     labels = json.loads(docker("image", "inspect", "--format", "{{json .Config.Labels}}", image.tag).stdout)
     assert labels["org.opencontainers.image.revision"] == expected_revision()
     assert len(expected_revision().removesuffix("-dirty")) == 40
     assert labels["org.opencontainers.image.version"] == f"{image.matrix.release.name}-{CELL}"
+    base = image.matrix.cell(CELL).os.base_image
+    found = json.loads(docker("image", "inspect", "--format", "{{json .}}", base).stdout)
+    assert labels["org.opencontainers.image.base.name"] == f"{base}@{found['Id']}", "as pinned by the mirror"
+    assert labels["org.opencontainers.image.base.digest"] == found["Id"]
+    layers = json.loads(docker("image", "inspect", "--format", "{{json .RootFS.Layers}}", image.tag).stdout)
+    assert layers[: len(found["RootFS"]["Layers"])] == found["RootFS"]["Layers"], "built on that base"

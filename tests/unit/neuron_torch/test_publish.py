@@ -21,9 +21,12 @@ from neuron_torch.matrix import Matrix
 from neuron_torch.publish import push_failure, registry_repository, release_tags, signing_options
 
 DIGEST = "sha256:" + "ab" * 32
+BASE_DIGEST = "sha256:" + "ba" * 32
 FAKE_DOCKER = """#!/bin/sh
 [ "$FAKE_IMAGE" = none ] && { echo "Error: No such image: $5" >&2; exit 1; }
 labels="\\"io.neuron-torch.release\\":\\"$FAKE_RELEASE\\",\\"io.neuron-torch.cell\\":\\"$FAKE_CELL\\""
+base="\\"org.opencontainers.image.base.name\\":\\"$FAKE_BASE\\",\\"org.opencontainers.image.base.digest\\":\\"$FAKE_BASE_DIGEST\\""
+labels="$labels,$base"
 echo "sha256:1234 {$labels,\\"io.neuron-torch.bom\\":\\"sha256:b0\\"}"
 """
 # skopeo copy [options] --digestfile FILE [--authfile FILE] SOURCE DESTINATION
@@ -131,7 +134,7 @@ def fake_docker(committed: Matrix, tmp_path: Path, monkeypatch: pytest.MonkeyPat
     cell = committed.release.default_cell
     env = {"DOCKER": str(script), "FAKE_LOG": str(log), "FAKE_DIGEST": DIGEST, "FAKE_IMAGE": "built",
            "FAKE_RELEASE": committed.release.name, "FAKE_CELL": cell, "FAKE_PUSH_ERROR": "",
-           "FAKE_PUBLISHED": ""}  # fmt: skip
+           "FAKE_PUBLISHED": "", "FAKE_BASE": f"base:1@{BASE_DIGEST}", "FAKE_BASE_DIGEST": BASE_DIGEST}  # fmt: skip
     for name, value in env.items():
         monkeypatch.setenv(name, value)
     return log
@@ -161,6 +164,7 @@ def test_publish_pushes_the_immutable_tag_first_and_records_the_digest(
     assert data["digest"] == DIGEST and data["reference"] == f"{repository}@{DIGEST}"
     assert data["image_id"] == "sha256:1234" and data["bom"] == "sha256:b0" and data["revision"] == sha
     assert data["moving_tags"] == [cell, "latest"]
+    assert (data["base_image"], data["base_digest"]) == (f"base:1@{BASE_DIGEST}", BASE_DIGEST)
     assert f"digest {DIGEST}" in capsys.readouterr().out
 
 
@@ -170,6 +174,9 @@ def test_publish_pushes_the_immutable_tag_first_and_records_the_digest(
         (("FAKE_IMAGE", "none"), "no image neuron-torch:{cell} on this Docker engine: build it first with "
          "`neuron-torch --matrix {matrix} build image --cell {cell}`", 2),
         (("FAKE_RELEASE", "neuron-2.32.0"), "was built for release neuron-2.32.0", 2),
+        (("FAKE_BASE", "ubuntu:26.04"), "neuron-torch:{cell} was built on the base image 'ubuntu:26.04', not pinned "
+         "by digest: a release image names the base it was built on by digest. Pin it: base_image = ", 2),
+        (("FAKE_BASE_DIGEST", DIGEST), "was built on the base image 'base:1@sha256:baba", 2),
         (("FAKE_PUSH_ERROR", "unauthorized: authentication required"), "refused the credentials", 1),
     ],
 )  # fmt: skip
@@ -190,6 +197,7 @@ def test_publish_failures_are_one_line_and_write_nothing(
     error = capsys.readouterr().err.strip()
     assert message.format(cell=committed.release.default_cell, matrix=committed.path) in error
     assert len(error.splitlines()) == 1 and not record.exists()
+    assert not fake_docker.exists(), "nothing pushed"
 
 
 def test_an_immutable_tag_is_never_moved_and_a_second_publish_moves_only_the_moving_tags(
