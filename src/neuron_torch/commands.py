@@ -266,7 +266,9 @@ def cmd_publish_image(args: argparse.Namespace, matrix: Matrix) -> int:
     )  # fmt: skip
     for tag in [publication.immutable_tag, *publication.moving_tags]:
         print(f"pushed {publication.repository}:{tag}")
-    print(f"digest {publication.digest}\nreference {publication.reference}\nrecord {relative(record, matrix)}")
+    print(f"digest {publication.digest}\nreference {publication.reference}")
+    print(f"sboms {publication.sboms['reference']} (digest {publication.sboms['digest']})")
+    print(f"record {relative(record, matrix)}")
     return EXIT_OK
 
 
@@ -280,6 +282,7 @@ def cmd_verify_image(args: argparse.Namespace) -> int:
     else:
         pip, apt = verified.packages["pip"], verified.packages["apt"]
         print(f"bill of materials: {verified.bom}, its SBOMs list the image's {pip} pip and {apt} apt packages")
+        print(f"SBOMs beside it: {verified.sboms}, the image's own")
     return EXIT_OK
 
 

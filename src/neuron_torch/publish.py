@@ -8,12 +8,13 @@ The push is skopeo's, from the Docker engine the image was built in (`docker-dae
 (`docker login`, $DOCKER_CONFIG/config.json) and Docker's CA trust (/etc/docker/certs.d/HOST/ca.crt, which skopeo
 reads too); it writes gzip at level 1, which every client pulls, several times faster than `docker push`. Each
 problem is one line naming the fix: no such cell, image not built (or built for another release or cell), a registry
-named without a host, registry unreachable, TLS untrusted, credentials refused.
+named without a host, registry unreachable, TLS untrusted, credentials refused. An image built on a base not pinned
+by digest is refused before anything is pushed. After the image, its SBOMs are pushed beside it as an OCI artifact
+(neuron_torch.sbomartifact: tag `sha256-<digest>.sbom`), signed like its tags, and recorded with their digests.
 """
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import re
@@ -24,9 +25,11 @@ import tempfile
 from dataclasses import asdict, dataclass
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 from neuron_cell.boundary import quote
 from neuron_torch.baseimage import PIN_HOW, split
+from neuron_torch.bom import BOM_DIR, parse_sums, read_file, read_sums
 from neuron_torch.bom import LABEL as BOM_LABEL
 from neuron_torch.build import IMAGE, docker_binary
 from neuron_torch.buildargs import DOCKER_TAG
@@ -34,6 +37,7 @@ from neuron_torch.errors import EXIT_FAILED, NeuronTorchError
 from neuron_torch.files import check_output_file, replace_text
 from neuron_torch.gitrev import git_revision
 from neuron_torch.matrix import Cell, Matrix
+from neuron_torch.sbomartifact import SBOM_FILES, sbom_tag, sha256, write_layout
 
 RECORD_SCHEMA = 1
 BASE_NAME_LABEL = "org.opencontainers.image.base.name"
@@ -56,6 +60,7 @@ class Publication:
     image: str
     image_id: str
     bom: str | None
+    sboms: dict[str, Any]  # the SBOMs pushed beside the image: reference, digest, each file's digest
     base_image: str
     base_digest: str
     signed_by: str | None
@@ -190,9 +195,8 @@ def auth_options() -> list[str]:
     return ["--authfile", str(auth)] if auth else []
 
 
-def published(skopeo: str, reference: str) -> tuple[str, str] | None:
-    """(its config digest, i.e. the image id; its manifest digest) of the image a tag names already; None when the
-    registry has no such tag. Asked before any layer is read, so a refused login or an untrusted CA is named at once."""
+def raw_manifest(skopeo: str, reference: str) -> bytes | None:
+    """The manifest a reference names, as the registry serves it; None when the registry has no such tag."""
     result = subprocess.run([skopeo, "inspect", "--raw", *auth_options(), f"docker://{reference}"],
                             capture_output=True, check=False, timeout=120)  # fmt: skip
     if result.returncode != 0:
@@ -200,12 +204,21 @@ def published(skopeo: str, reference: str) -> tuple[str, str] | None:
         if "manifest unknown" in error.lower():
             return None
         raise push_failure(reference.split("/", 1)[0], error)
+    return result.stdout
+
+
+def published(skopeo: str, reference: str) -> tuple[str, str] | None:
+    """(its config digest, i.e. the image id; its manifest digest) of the image a tag names already; None when the
+    registry has no such tag. Asked before any layer is read, so a refused login or an untrusted CA is named at once."""
+    manifest = raw_manifest(skopeo, reference)
+    if manifest is None:
+        return None
     try:
-        config: str = json.loads(result.stdout)["config"]["digest"]
+        config: str = json.loads(manifest)["config"]["digest"]
     except (ValueError, KeyError, TypeError):
-        message = f"{reference} names no single image manifest: {result.stdout[:200]!r}"
+        message = f"{reference} names no single image manifest: {manifest[:200]!r}"
         raise NeuronTorchError(message, EXIT_FAILED) from None
-    return config, "sha256:" + hashlib.sha256(result.stdout).hexdigest()
+    return config, sha256(manifest)
 
 
 def copy(skopeo: str, source: str, destination: str, *options: str) -> str:
@@ -252,6 +265,34 @@ def push(
     return digest
 
 
+def read_sboms(docker: str, image: str) -> dict[str, bytes]:
+    """The image's SBOMs, each checked to be the file its SHA256SUMS names."""
+    sums = parse_sums(read_sums(docker, image))
+    files = {name: read_file(docker, image, f"{BOM_DIR}/{name}") for name in SBOM_FILES}
+    for name, content in files.items():
+        if sha256(content) != f"sha256:{sums.get(name)}":
+            raise NeuronTorchError(f"{image}: {BOM_DIR}/{name} is not the file its SHA256SUMS names", EXIT_FAILED)
+    return files
+
+
+def push_sboms(repository: str, digest: str, files: dict[str, bytes], signing: tuple[str, ...]) -> dict[str, Any]:
+    """Push the SBOMs beside the image `repository@digest` (neuron_torch.sbomartifact), signed as its tags are;
+    what the record keeps of them."""
+    skopeo = skopeo_binary()
+    subject = raw_manifest(skopeo, f"{repository}@{digest}")
+    if subject is None or sha256(subject) != digest:
+        raise NeuronTorchError(f"{repository}@{digest} is not in the registry after its push", EXIT_FAILED)
+    target = f"{repository}:{sbom_tag(digest)}"
+    with tempfile.TemporaryDirectory(prefix="neuron-torch-sbom-") as folder:
+        write_layout(Path(folder), files, subject)
+        pushed = copy(skopeo, f"dir:{folder}", f"docker://{target}", "--preserve-digests", *signing)
+    return {
+        "reference": target,
+        "digest": pushed,
+        "files": {name: sha256(content) for name, content in files.items()},
+    }
+
+
 def default_record(matrix: Matrix, immutable_tag: str) -> Path:
     return matrix.root / "build" / "publish" / f"{immutable_tag}.json"
 
@@ -292,8 +333,10 @@ def publish_image(
     source = f"{IMAGE}:{cell.id}"
     image_id, labels = local_image(docker, matrix, cell)
     base, base_digest = pinned_base(source, cell, labels)
+    sboms = read_sboms(docker, source)
     check_reachable(repository)
     digest = push(source, image_id, repository, immutable, moving, signing)
+    pushed_sboms = push_sboms(repository, digest, sboms, signing)
     publication = Publication(
         schema=RECORD_SCHEMA,
         cell=cell.id,
@@ -302,6 +345,7 @@ def publish_image(
         image=source,
         image_id=image_id,
         bom=labels.get(BOM_LABEL),
+        sboms=pushed_sboms,
         base_image=base,
         base_digest=base_digest,
         signed_by=sign_by,
