@@ -231,6 +231,12 @@ def cmd_build_image(args: argparse.Namespace, matrix: Matrix) -> int:
         from neuron_torch.files import check_executable
 
         check_executable(os.environ["DOCKER"], "DOCKER")
+    before = None
+    if args.compare and not args.dry_run:  # read first: the build may move the tag compared with
+        from neuron_torch.build import docker_binary
+        from neuron_torch.packageset import package_set
+
+        before = package_set(docker_binary(), args.compare)
     build = plan_image_build(
         matrix,
         cell,
@@ -252,6 +258,14 @@ def cmd_build_image(args: argparse.Namespace, matrix: Matrix) -> int:
         print(f"neuron-torch: error: the image build of {cell.id} failed (docker exit {status})", file=sys.stderr)
         return EXIT_FAILED
     print(f"built {', '.join(build.tags)}")
+    if before is not None:
+        from neuron_torch.packageset import check_same, differences, package_set
+
+        after = package_set(build.command[0], build.tags[0])
+        changed = differences(before, after)
+        for line in changed:
+            print(f"differs from {args.compare}: {line}")
+        print(check_same(changed, after, args.compare, build.tags[0]))
     return EXIT_OK
 
 

@@ -6,13 +6,16 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import subprocess
 
 import pytest
 
+from neuron_torch.cli import main
+from neuron_torch.packageset import differences, package_set
 from tests import REPO_ROOT
 from tests.integration.test_image import BuiltImage, image  # noqa: F401 (the session's image of the test cell)
-from tests.testbed.harness import CELL, docker
+from tests.testbed.harness import CELL, DOCKER, TEST_MATRIX, docker
 
 BOM = "/etc/neuron-torch/bom"
 LIST = f"""
@@ -76,3 +79,36 @@ def test_the_image_names_the_commit_and_the_pinned_base_it_was_built_from(image:
     assert labels["org.opencontainers.image.base.digest"] == found["Id"]
     layers = json.loads(docker("image", "inspect", "--format", "{{json .RootFS.Layers}}", image.tag).stdout)
     assert layers[: len(found["RootFS"]["Layers"])] == found["RootFS"]["Layers"], "built on that base"
+
+
+REBUILT = f"neuron-torch-rebuild-test:{CELL}"
+
+
+def test_a_rebuild_of_the_same_commit_has_the_same_package_set_and_a_difference_is_named(
+    image: BuiltImage,  # noqa: F811
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """The rebuild reuses the build cache (as CI's second build of a commit does): what it proves is the comparison,
+    `build image --compare` on the real image; a rebuild without the cache is the same command with --no-cache."""
+    argv = ["--matrix", str(TEST_MATRIX), "build", "image", "--cell", CELL, "--mirror", str(image.mirror)]
+    changed = f"neuron-torch-rebuild-test:{CELL}-changed"
+    try:
+        before = package_set(DOCKER, image.tag)
+        assert main([*argv, "--network", "host", "--tag", REBUILT, "--compare", image.tag]) == 0
+        out = capsys.readouterr().out
+        counts = f"{len(before['pip'])} pip and {len(before['apt'])} apt packages"
+        assert f"same package set as {image.tag}: {counts}" in out and "torch" in before["pip"], out[-2000:]
+        # One package gone and the bill of materials written again, as an image whose venv changed would have it.
+        dockerfile = (
+            f"FROM {REBUILT}\nUSER root\nRUN /opt/neuron-torch/venv/bin/python -m pip uninstall -y -q filelock && "
+            "PYTHONPATH=/opt/neuron-torch/lib /opt/neuron-torch/venv/bin/python -m neuron_cell.sbom "
+            "--out /etc/neuron-torch/bom\n"
+        )
+        classic = {**os.environ, "DOCKER_BUILDKIT": "0"}  # FROM a local tag, no registry asked
+        subprocess.run([DOCKER, "build", "--quiet", "--network", "none", "--tag", changed, "-"], input=dockerfile,
+                       text=True, capture_output=True, check=True, env=classic)  # fmt: skip
+        after = package_set(DOCKER, changed)
+        assert differences(before, after) == [f"pip filelock {before['pip']['filelock']}: gone"]
+        assert after["apt"] == before["apt"]
+    finally:
+        docker("rmi", "-f", REBUILT, changed, check=False)
