@@ -237,14 +237,15 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 def epilog(node_name: str, folder: str | None, job_id: str, scontrol: str) -> int:
     """The check as the Epilog: the cluster check job's verdict for this node, if the job that ended was one."""
-    if not folder or not job_id or not (Path(folder) / "slurm-job").is_file():
-        return EXIT_PASS
+    marker = Path(folder or ".") / "slurm-job"
     try:
+        if not folder or not job_id or marker.read_text().strip() != job_id:
+            return EXIT_PASS  # this job was not the cluster check (or its reports went elsewhere)
         failed = cluster_failure(Path(folder), node_name, job_id)
-    except ValueError:  # another job's reports: this job was not the cluster check
+    except FileNotFoundError:
         return EXIT_PASS
-    except OSError as error:
-        print(f"neuron-healthcheck: error: {node_name}: {error}", file=sys.stderr)
+    except (OSError, ValueError) as error:  # the check job's, without a verdict (cancelled before cluster-report)
+        print(f"neuron-healthcheck: {node_name}: no verdict of job {job_id}, nothing done: {error}", file=sys.stderr)
         return EXIT_PASS
     act(node_name, failed, scontrol, (*STAGES, "consistency", "allreduce", JOIN, "cluster"))
     return EXIT_PASS

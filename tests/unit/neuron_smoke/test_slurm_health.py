@@ -230,3 +230,15 @@ def test_as_the_epilog_of_another_job_the_check_does_nothing(tmp_path: Path, mon
     assert main([*args, "--cluster-report", str(folder)]) == 0
     assert main(args) == 0  # no folder configured
     assert not log.exists()
+
+
+def test_as_the_epilog_of_a_check_job_without_a_verdict_it_says_so(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    folder = cluster_reports(tmp_path / "r", "17", NODES)
+    (folder / "cluster-report.json").unlink()  # cancelled before cluster-report ran
+    _, scontrol, log = stand_ins(tmp_path, IDLE.replace("n1", "n2"), [], 0)
+    epilog_env(monkeypatch, "17")
+    args = ["--node", "n2", "--scontrol", str(scontrol), "--cluster-report", str(folder)]
+    assert main(args) == 0 and not log.exists()
+    assert "n2: no verdict of job 17, nothing done: cannot read" in capsys.readouterr().err
