@@ -109,23 +109,25 @@ class Watch:
         self.others = tuple(r for r in session.members if r != session.rank)
 
     def wait(self, work: Any) -> None:
+        """Return when `work` completes (work.wait(timeout) wakes the moment it does, so the bandwidth table's timed
+        calls stay exact); between polls, a stopped peer or the deadline aborts the group."""
         deadline = time.monotonic() + self.timeout_s
-        pause, checked = 1e-5, time.monotonic()
-        while not work.is_completed():
-            time.sleep(pause)  # short at first, so that the timed calls of the bandwidth table stay true
-            pause = min(pause * 2, rendezvous.POLL_S)
-            if time.monotonic() - checked < rendezvous.POLL_S:
-                continue
-            checked = time.monotonic()
+        poll = timedelta(seconds=rendezvous.POLL_S)
+        while True:
+            try:
+                work.wait(poll)
+                return
+            except RuntimeError:
+                if work.is_completed():
+                    raise  # the collective's own error, not the poll's "Operation timed out!"
             stopped = [r for r in self.others if self.session.stalled(r)]
-            if stopped or checked > deadline:
+            if stopped or time.monotonic() > deadline:
                 abort = getattr(self.group, "abort", None)
                 if abort is not None:
                     abort()
                 _abandoned.append(self.group)
                 why = f"node {', '.join(map(str, stopped))}'s heartbeat stopped" if stopped else "it timed out"
                 raise PeerStopped(f"collective aborted: {why} ({self.timeout_s:g}s allowed)")
-        work.wait()  # raises the collective's own error, if it failed
 
 
 def _all_reduce(watch: Watch, tensor: torch.Tensor) -> torch.Tensor:

@@ -48,14 +48,20 @@ def test_one_node_runs_the_rounds_and_reports_bandwidth(monkeypatch: pytest.Monk
 class Work:
     """A collective's work that never completes (a peer stuck with its sockets open), or one that does."""
 
-    def __init__(self, done: bool = False) -> None:
-        self.done, self.waited = done, False
+    def __init__(self, done: bool = False, error: str = "") -> None:
+        self.done, self.error, self.waited = done, error, False
 
     def is_completed(self) -> bool:
         return self.done
 
-    def wait(self) -> None:
+    def wait(self, timeout: object = None) -> bool:
+        """As c10d's Work.wait(timeout): raises when the work is not done by then (it goes on), or failed."""
         self.waited = True
+        if not self.done:
+            raise RuntimeError("Operation timed out!")
+        if self.error:
+            raise RuntimeError(self.error)
+        return True
 
 
 class Group:
@@ -96,3 +102,11 @@ def test_a_completed_collective_is_waited_on_for_its_own_error() -> None:
     group, work = Group(), Work(done=True)
     stage_allreduce.Watch(group, Members(stopped=(1,)), timeout_s=5).wait(work)  # type: ignore[arg-type]
     assert work.waited and group.aborted == 0
+
+
+def test_a_failed_collective_raises_its_own_error_not_a_stopped_peer() -> None:
+    group = Group()
+    watch = stage_allreduce.Watch(group, Members(stopped=(1,)), timeout_s=5)  # type: ignore[arg-type]
+    with pytest.raises(RuntimeError, match="Connection closed by peer"):
+        watch.wait(Work(done=True, error="Connection closed by peer"))
+    assert group.aborted == 0
