@@ -18,7 +18,6 @@ from torch.overrides import TorchFunctionMode, resolve_name
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from neuron_smoke.evaluate import attribution
-from neuron_smoke.evaluate.attribution import Nesting
 
 ROOT = attribution.ROOT
 
@@ -70,7 +69,7 @@ def transform_active() -> bool:
 
 
 class _Recorder(TorchDispatchMode):  # type: ignore[no-untyped-call]  # untyped in torch
-    def __init__(self, nesting: Nesting) -> None:
+    def __init__(self, nesting: attribution.Nesting) -> None:
         super().__init__()  # type: ignore[no-untyped-call]
         self.nesting = nesting
         self.records: dict[tuple[str, str, str], OpRecord] = {}
@@ -137,12 +136,12 @@ def normalize(name: str) -> str:
 
 
 @contextmanager
-def recording(model: torch.nn.Module, nesting: Nesting | None = None) -> Iterator[Inventory]:
+def recording(model: torch.nn.Module, nesting: attribution.Nesting | None = None) -> Iterator[Inventory]:
     """Record the ops dispatched inside the block; the Inventory is filled when the block exits. `nesting`: one the
     caller already keeps on the model (otherwise one is made for the block)."""
     inventory = Inventory()
     made = nesting is None
-    nesting = Nesting(model) if nesting is None else nesting
+    nesting = attribution.Nesting(model) if nesting is None else nesting
     recorder = inventory.recorder = _Recorder(nesting)
     try:
         with recorder, _TransformWatch(recorder):
