@@ -28,7 +28,7 @@ if ((tests)); then scripts/dev-setup.sh; else scripts/dev-setup.sh --only venv; 
 if ((checks)); then
   "$venv/ruff" check src tests smoke_tests scripts
   "$venv/ruff" format --check src tests smoke_tests scripts
-  shellcheck scripts/*.sh .ci/run
+  shellcheck scripts/*.sh scripts/slurm/neuron-healthcheck scripts/slurm/verify-cluster.sbatch .ci/run
   "$venv/mypy"
   "$venv/neuron-torch" render --check
   "$venv/neuron-torch" check

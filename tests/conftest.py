@@ -69,7 +69,7 @@ SECONDS = {
     "tests/integration/test_quickstart.py": 250,
     "tests/integration/smoke/test_evaluate.py": 136,
     "tests/integration/test_ansible.py": 114,
-    "tests/integration/smoke/test_cluster.py": 84,
+    "tests/integration/smoke/test_cluster.py": 100,
     "tests/integration/test_slurm.py": 117,
     "tests/integration/test_pip_tools.py": 77,
     "tests/integration/smoke/test_runtime_rules.py": 69,

@@ -91,7 +91,7 @@ class Session:
         for rank in ranks:
             self._beat_of(rank)
         time.sleep(SILENT_S + BEAT_S)
-        return [r for r in ranks if r != self.rank and self._stalled(r)]
+        return [r for r in ranks if r != self.rank and self.stalled(r)]
 
     def _beat_of(self, rank: int) -> None:
         try:
@@ -102,7 +102,7 @@ class Session:
         if rank not in self._beats or self._beats[rank][0] != value:
             self._beats[rank] = (value, now)
 
-    def _stalled(self, rank: int) -> bool:
+    def stalled(self, rank: int) -> bool:
         """A member that said it is done (and may have exited since) is not silent; one whose beat stopped is."""
         try:
             if self.store.check([f"done/{rank}"]):
@@ -124,7 +124,7 @@ class Session:
                 if rank not in found and self.store.check([f"{name}/{rank}"]):
                     found[rank] = json.loads(self.store.get(f"{name}/{rank}"))
             waiting = [r for r in self.members if r not in found]
-            if not waiting or time.monotonic() > deadline or all(self._stalled(r) for r in waiting):
+            if not waiting or time.monotonic() > deadline or all(self.stalled(r) for r in waiting):
                 return {r: found.get(r) for r in self.members}
             time.sleep(POLL_S)
 
@@ -138,7 +138,7 @@ class Session:
                 others = [r for r in self.members if r != 0]
                 while time.monotonic() < deadline:
                     left = [r for r in others if not self.store.check([f"done/{r}"])]
-                    if not left or all(self._stalled(r) for r in left):
+                    if not left or all(self.stalled(r) for r in left):
                         break
                     time.sleep(POLL_S)
         except Exception:  # (the store went away: nothing left to wait for)

@@ -8,8 +8,15 @@ at most one `scontrol update`:
 
 - the check failed, the node is not drained: drain it, Reason="neuron-torch: <stage>: <first failure>";
 - the check failed, the node is drained already: leave it (an operator's reason is never overwritten);
-- the check passed, the node is drained with a reason starting "neuron-torch:": resume it;
-- the check passed, the node is drained with any other reason (an operator's): leave it drained.
+- the check passed, the node is drained with a reason starting "neuron-torch: <stage>:" of a stage it ran: resume it;
+- the check passed, the node is drained with any other reason (an operator's, or a cluster stage's): leave it drained.
+
+As Slurm's Epilog (SLURM_SCRIPT_CONTEXT=epilog_slurmd) with `--cluster-report DIR`, it runs no stage itself: when
+DIR holds the report of the job that just ended (verify-cluster.sbatch writes DIR/slurm-job and DIR/slurm-nodes), it
+takes this node's line of DIR/cluster-report.json as the check, so that a node that failed a cluster stage
+(consistency, allreduce) or never joined (join) is drained with that stage. A one-node check cannot see those again,
+so only a cluster check job clears them: fix the node, `scontrol update NodeName=<node> State=RESUME`, rerun the job.
+In any other job's epilog it does nothing; an epilog always exits 0 (Slurm drains a node whose epilog fails).
 
 Exit 0 when the node passed, 1 when it failed (a Prolog that exits non-zero makes Slurm requeue the job onto other
 nodes), 2 on bad usage. Torch-free, standard library only: any python3 on the node runs it.
@@ -20,6 +27,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import socket
 import subprocess
 import sys
@@ -31,6 +39,9 @@ from typing import Any
 
 PREFIX = "neuron-torch:"
 STAGES = ("environment", "device", "fabric")
+VERIFY_DEVICE = "verify-device"  # the stage named when verify-device itself could not run
+JOIN = "join"  # the stage named for a node that never joined the cluster check
+EPILOG = "epilog_slurmd"  # SLURM_SCRIPT_CONTEXT in Slurm's Epilog
 # Slurm stores a reason whole, and `sinfo -R` shows its first 20 characters: keep it one short line.
 MAX_REASON = 120
 EXIT_PASS, EXIT_FAIL, EXIT_USAGE = 0, 1, 2
@@ -97,7 +108,50 @@ def failure(report: dict[str, Any] | None, exit_code: int, error: str = "") -> t
                 return str(stage["name"]), str(failures[0])
     if exit_code == 0 and report is not None:
         return None
-    return "verify-device", error or f"exit {exit_code} without a failed stage"
+    return VERIFY_DEVICE, error or f"exit {exit_code} without a failed stage"
+
+
+def stage_of(text: str) -> str:
+    """The stage a reason of this check names ("neuron-torch: <stage>: ..."); "" for any other reason."""
+    if not text.startswith(PREFIX):
+        return ""
+    return text.removeprefix(PREFIX).strip().partition(":")[0].strip()
+
+
+def cluster_failure(folder: Path, node_name: str, job_id: str) -> tuple[str, str] | None:
+    """(stage, message) of NODE_NAME in the cluster check job JOB_ID's reports in FOLDER; None when it passed there.
+    Raises ValueError when FOLDER holds another job's reports or lacks this node."""
+    job = _read_text(folder / "slurm-job").strip()
+    if job != job_id:
+        raise ValueError(f"{folder} holds job {job or '(none)'}'s reports, not job {job_id}'s")
+    names = _read_text(folder / "slurm-nodes").split()
+    if node_name not in names:
+        raise ValueError(f"{node_name} is not a node of job {job_id} ({', '.join(names)})")
+    rank = names.index(node_name)
+    verdict = json.loads(_read_text(folder / "cluster-report.json"))
+    node = next((n for n in verdict.get("nodes", []) if n.get("rank") == rank), None)
+    if node is None or node.get("verdict") == "MISSING":
+        return JOIN, f"did not join the cluster check (job {job_id}) {_join_timeout(folder, rank)}".rstrip()
+    if node.get("verdict") == "PASS":
+        return None
+    stage, _, message = str((node.get("problems") or ["cluster: failed"])[0]).partition(": ")
+    return (stage, message) if message else ("cluster", stage)
+
+
+def _read_text(path: Path) -> str:
+    try:
+        return path.read_text()
+    except OSError as error:
+        raise ValueError(f"cannot read {path}: {error.strerror}") from None
+
+
+def _join_timeout(folder: Path, rank: int) -> str:
+    """ "within Ns", as the nodes that waited for node RANK noted it; "" when none did."""
+    for path in sorted(folder.glob("node-*.json")):
+        found = re.search(rf"node {rank} did not join (within \S+s)", path.read_text(errors="replace"))
+        if found:
+            return found.group(1)
+    return ""
 
 
 def reason(stage: str, message: str) -> str:
@@ -106,15 +160,24 @@ def reason(stage: str, message: str) -> str:
     return text if len(text) <= MAX_REASON else text[: MAX_REASON - 3].rstrip() + "..."
 
 
-def decide(node: Node, failed: tuple[str, str] | None, scontrol: str = "scontrol") -> Action:
+def decide(
+    node: Node, failed: tuple[str, str] | None, scontrol: str = "scontrol", checked: Sequence[str] = STAGES
+) -> Action:
+    """The one scontrol update (or none) for NODE after a check of the stages CHECKED (None: all) that FAILED."""
     update = (scontrol, "update", f"NodeName={node.name}")
     if failed is not None:
         why = reason(*failed)
         if node.drained:
             return Action((), f"{node.name}: failed ({why}); drained already ({node.reason or 'no reason'}): left")
         return Action((*update, "State=DRAIN", f"Reason={why}"), f"{node.name}: failed; drained: {why}")
-    if node.ours:
+    if node.ours and stage_of(node.reason) in (*checked, VERIFY_DEVICE):
         return Action((*update, "State=RESUME"), f"{node.name}: passed; resumed (was {node.reason})")
+    if node.ours:
+        return Action(
+            (),
+            f"{node.name}: passed; drained for a stage this check does not run ({node.reason}): left until a "
+            "cluster check job passes it (fix, scontrol update State=RESUME, rerun verify-cluster.sbatch)",
+        )
     if node.drained:
         return Action((), f"{node.name}: passed; drained by someone else ({node.reason or 'no reason'}): left")
     return Action((), f"{node.name}: passed")
@@ -155,22 +218,52 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--node", help="the Slurm node name (default: $SLURMD_NODENAME, else the short hostname)")
     p.add_argument("--verify-device", default="verify-device", help="the verify-device command (verify-device)")
     p.add_argument("--scontrol", default="scontrol", help="the scontrol command (scontrol)")
+    p.add_argument(
+        "--cluster-report",
+        metavar="DIR",
+        help="as the Epilog: the cluster check job's reports' folder (its NEURON_TORCH_CLUSTER_DIR)",
+    )
     args = p.parse_args(argv)
     node_name = args.node or os.environ.get("SLURMD_NODENAME") or socket.gethostname().split(".")[0]
+    if os.environ.get("SLURM_SCRIPT_CONTEXT") == EPILOG:
+        return epilog(node_name, args.cluster_report, os.environ.get("SLURM_JOB_ID", ""), args.scontrol)
     with tempfile.TemporaryDirectory(prefix="neuron-healthcheck.") as folder:
         report, code, error = run_check(args.verify_device.split(), Path(folder))
     failed = failure(report, code, error)
+    if not act(node_name, failed, args.scontrol, STAGES):
+        return EXIT_FAIL
+    return EXIT_PASS if failed is None else EXIT_FAIL
+
+
+def epilog(node_name: str, folder: str | None, job_id: str, scontrol: str) -> int:
+    """The check as the Epilog: the cluster check job's verdict for this node, if the job that ended was one."""
+    marker = Path(folder or ".") / "slurm-job"
     try:
-        action = decide(read_node(node_name, args.scontrol), failed, args.scontrol)
+        if not folder or not job_id or marker.read_text().strip() != job_id:
+            return EXIT_PASS  # this job was not the cluster check (or its reports went elsewhere)
+        failed = cluster_failure(Path(folder), node_name, job_id)
+    except FileNotFoundError:
+        return EXIT_PASS
+    except (OSError, ValueError) as error:  # the check job's, without a verdict (cancelled before cluster-report)
+        print(f"neuron-healthcheck: {node_name}: no verdict of job {job_id}, nothing done: {error}", file=sys.stderr)
+        return EXIT_PASS
+    act(node_name, failed, scontrol, (*STAGES, "consistency", "allreduce", JOIN, "cluster"))
+    return EXIT_PASS
+
+
+def act(node_name: str, failed: tuple[str, str] | None, scontrol: str, checked: Sequence[str]) -> bool:
+    """Read the node, run decide()'s update, say what was done; False (said why) when scontrol failed."""
+    try:
+        action = decide(read_node(node_name, scontrol), failed, scontrol, checked)
         if action.argv:
             proc = subprocess.run(action.argv, capture_output=True, text=True, timeout=60, check=False)
             if proc.returncode != 0:
                 raise RuntimeError(f"`{' '.join(action.argv[:4])}` exit {proc.returncode}: {proc.stderr.strip()}")
     except (RuntimeError, ValueError, OSError, subprocess.TimeoutExpired) as error:
         print(f"neuron-healthcheck: error: {node_name}: {error}", file=sys.stderr)
-        return EXIT_FAIL
+        return False
     print(f"neuron-healthcheck: {action.says}", file=sys.stderr)
-    return EXIT_PASS if failed is None else EXIT_FAIL
+    return True
 
 
 if __name__ == "__main__":

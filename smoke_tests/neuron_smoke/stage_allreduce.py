@@ -4,7 +4,9 @@
 Round 1: node r contributes (r + 1) * ones; every node checks the sum. Round 2: all_gather of the same contributions,
 so that every node checks each peer's and a wrong one is named by its node (that node fails; the others note it,
 their wrong sum explained). A collective that fails while a peer's heartbeat has stopped (killed, hung) names that
-peer and leaves this node's stage skipped, not failed: the peer's own report holds the failure.
+peer and leaves this node's stage skipped, not failed: the peer's own report holds the failure. No collective is
+waited on blindly: each is polled, and when a peer's heartbeat stops (a node stuck with its sockets still open, which
+gloo would wait its whole timeout for) the group is aborted at once.
 
 Bus bandwidth: nccl-tests' convention, size * 2 (n - 1) / n / time, the median of a few timed calls per size. No
 floor is documented for Trn2 or the CPU: the numbers are reported, not compared.
@@ -45,14 +47,14 @@ def run(ctx: Context, log: StageLog) -> None:
     log.numbers.update(process_group=pg_name, members=list(session.members), local_addr=session.local_addr)
     phase = "process group"
     try:
-        group = make_group(session, pg_name, wait_s(ctx))
+        watch = Watch(make_group(session, pg_name, wait_s(ctx)), session, wait_s(ctx))
         phase = "all_reduce"
-        summed = _all_reduce(group, contribution(spec.node_rank, device))
+        summed = _all_reduce(watch, contribution(spec.node_rank, device))
         phase = "all_gather"
-        gathered = _all_gather(group, contribution(spec.node_rank, device), len(session.members))
+        gathered = _all_gather(watch, contribution(spec.node_rank, device), len(session.members))
         phase = "bandwidth"
         limit = ctx.options.allreduce_max_bytes or MAX_BYTES.get(device, MAX_BYTES["cpu"])
-        log.numbers["bandwidth"] = bandwidth(group, device, len(session.members), limit)
+        log.numbers["bandwidth"] = bandwidth(watch, device, len(session.members), limit)
     except Exception as error:
         _peer_or_fail(log, session, phase, error)
         return
@@ -89,16 +91,55 @@ def make_group(session: rendezvous.Session, pg_name: str, timeout_s: float) -> A
     return dist.group.WORLD
 
 
-def _all_reduce(group: Any, tensor: torch.Tensor) -> torch.Tensor:
-    group.allreduce([tensor]).wait()
+# Groups aborted with a peer stuck: kept referenced until verify-device's os._exit, since destroying one waits for
+# the stuck peer's sockets to close (seen with gloo: the process would outlive its report by the peer's lifetime).
+_abandoned: list[Any] = []
+
+
+class PeerStopped(RuntimeError):
+    """A collective given up on: a peer's heartbeat stopped while it ran (the group was aborted)."""
+
+
+class Watch:
+    """Waits for a collective's work while watching the other members' heartbeats: a stopped peer aborts the group
+    (gloo would otherwise wait out its timeout), and the deadline bounds the wait whatever happens."""
+
+    def __init__(self, group: Any, session: rendezvous.Session, timeout_s: float) -> None:
+        self.group, self.session, self.timeout_s = group, session, timeout_s
+        self.others = tuple(r for r in session.members if r != session.rank)
+
+    def wait(self, work: Any) -> None:
+        """Return when `work` completes (work.wait(timeout) wakes the moment it does, so the bandwidth table's timed
+        calls stay exact); between polls, a stopped peer or the deadline aborts the group."""
+        deadline = time.monotonic() + self.timeout_s
+        poll = timedelta(seconds=rendezvous.POLL_S)
+        while True:
+            try:
+                work.wait(poll)
+                return
+            except RuntimeError:
+                if work.is_completed():
+                    raise  # the collective's own error, not the poll's "Operation timed out!"
+            stopped = [r for r in self.others if self.session.stalled(r)]
+            if stopped or time.monotonic() > deadline:
+                abort = getattr(self.group, "abort", None)
+                if abort is not None:
+                    abort()
+                _abandoned.append(self.group)
+                why = f"node {', '.join(map(str, stopped))}'s heartbeat stopped" if stopped else "it timed out"
+                raise PeerStopped(f"collective aborted: {why} ({self.timeout_s:g}s allowed)")
+
+
+def _all_reduce(watch: Watch, tensor: torch.Tensor) -> torch.Tensor:
+    watch.wait(watch.group.allreduce([tensor]))
     return tensor.cpu()
 
 
-def _all_gather(group: Any, tensor: torch.Tensor, size: int) -> list[torch.Tensor]:
+def _all_gather(watch: Watch, tensor: torch.Tensor, size: int) -> list[torch.Tensor]:
     import torch
 
     out = [torch.empty_like(tensor) for _ in range(size)]
-    group.allgather([out], [tensor]).wait()
+    watch.wait(watch.group.allgather([out], [tensor]))
     return [t.cpu() for t in out]
 
 
@@ -150,17 +191,17 @@ def _peer_or_fail(log: StageLog, session: rendezvous.Session, phase: str, error:
     )
 
 
-def bandwidth(group: Any, device: str, nodes: int, limit: int) -> list[dict[str, Any]]:
+def bandwidth(watch: Watch, device: str, nodes: int, limit: int) -> list[dict[str, Any]]:
     import torch
 
     out = []
     for size in (s for s in SIZES if s <= limit):
         tensor = torch.ones(max(2, size // 4), dtype=torch.float32, device=device)
-        group.allreduce([tensor]).wait()  # warm-up
+        watch.wait(watch.group.allreduce([tensor]))  # warm-up
         times = []
         for _ in range(TIMED_CALLS):
             start = time.perf_counter()
-            group.allreduce([tensor]).wait()
+            watch.wait(watch.group.allreduce([tensor]))
             if device != "cpu":
                 torch.accelerator.synchronize()
             times.append(time.perf_counter() - start)

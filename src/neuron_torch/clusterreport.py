@@ -33,6 +33,8 @@ class Node:
     host: str = ""
     stages: dict[str, str] = field(default_factory=dict)  # stage -> pass/fail/skip/hung
     problems: list[str] = field(default_factory=list)
+    graphs_compiled: int | None = None  # the compile stage's counts (None: not run, or the device has no counters)
+    graphs_loaded: int | None = None
 
 
 @dataclass
@@ -97,6 +99,7 @@ def _node(rank: int, report: dict[str, Any] | str | None, expect: int) -> Node:
         if stage["status"] == "fail":
             first = (stage.get("failures") or [stage.get("error") or "failed"])[0]
             node.problems.append(f"{stage['name']}: {first}")
+    node.graphs_compiled, node.graphs_loaded = _graphs(report)
     cluster = report.get("cluster") or {}
     if not cluster:
         node.problems.append("not a multi-node report (verify-device ran without --nnodes/--report-dir)")
@@ -109,6 +112,17 @@ def _node(rank: int, report: dict[str, Any] | str | None, expect: int) -> Node:
     if not node.problems:
         node.verdict = PASS
     return node
+
+
+def _graphs(report: dict[str, Any]) -> tuple[int | None, int | None]:
+    """The graphs the node compiled and loaded from the compile cache (the compile stage's counters)."""
+    numbers = next((s.get("numbers") or {} for s in report["stages"] if s.get("name") == "compile"), {})
+
+    def count(key: str) -> int | None:
+        value = numbers.get(key)
+        return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+    return count("graphs_compiled"), count("graphs_loaded")
 
 
 def _unexpected(rank: int, expect: int) -> Node:
@@ -135,11 +149,17 @@ def _blame(nodes: list[Node], reports: dict[int, dict[str, Any] | str]) -> None:
 
 
 def table(verdict: Verdict) -> list[list[str]]:
-    rows = [["node", "host", "verdict", *verdict.stages]]
+    graphs = "compile" in verdict.stages
+    rows = [["node", "host", "verdict", *verdict.stages, *(["graphs compiled/loaded"] if graphs else [])]]
     for node in verdict.nodes:
         cells = [node.stages.get(s, "-").upper() if node.stages else MISSING for s in verdict.stages]
-        rows.append([str(node.rank), node.host or "-", node.verdict, *cells])
+        counts = [f"{_count(node.graphs_compiled)}/{_count(node.graphs_loaded)}"] if graphs else []
+        rows.append([str(node.rank), node.host or "-", node.verdict, *cells, *counts])
     return rows
+
+
+def _count(value: int | None) -> str:
+    return "?" if value is None else str(value)
 
 
 def text(verdict: Verdict) -> str:

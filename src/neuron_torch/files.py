@@ -3,6 +3,7 @@ when the path is missing, a folder, unreadable, not UTF-8 or empty; and writing 
 
 from __future__ import annotations
 
+import os
 import shutil
 from collections.abc import Callable
 from pathlib import Path
@@ -68,9 +69,11 @@ def check_can_create_in(folder: Path, option: str, target: Path) -> None:
 
 
 def replace_text(path: Path, text: str) -> None:
-    """Write `path` whole or not at all: a staged sibling replaces it, and is gone whatever happens."""
+    """Write `path` whole or not at all: a staged sibling replaces it, and is gone whatever happens. The sibling is
+    this process's own, so that processes writing the same file at once (test workers rendering the test release)
+    never take each other's."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    staged = path.with_name(f".{path.name}.tmp")
+    staged = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     try:
         staged.write_text(text, encoding="utf-8")
         staged.replace(path)

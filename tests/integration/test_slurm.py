@@ -1,12 +1,16 @@
 """The Slurm path on a real Slurm cluster (tests/testbed/slurm.py: Debian's slurmctld, four slurmd, munge): the
 cluster check job (scripts/slurm/verify-cluster.sbatch, submitted with the real sbatch) and the node health check
-(scripts/slurm/neuron-healthcheck, Slurm's HealthCheckProgram, which slurmd runs as each node starts).
+(scripts/slurm/neuron-healthcheck, Slurm's HealthCheckProgram, which slurmd runs as each node starts, and its Epilog,
+which drains the nodes a cluster check job failed).
 
 verify-device runs on --device cpu with the test release's fabric provider (`tcp`, constraints/test-matrix.toml, from
 its rendered instance facts), as in tests/integration/smoke/test_cluster.py. The fault is that file's "no usable
 fabric provider", injected into one node only: an `fi_info` answering -61, as libfabric does without the provider,
 bound over the real one inside that node's mount namespace. Each check the test reruns runs the way slurmd runs it:
 the program alone, in the node's namespaces, with the one variable Slurm gives it (SLURMD_NODENAME).
+
+The cluster faults are test_cluster.py's too, with its injectors (cluster_site) and its second torch install
+(fake_torch), put on one node by binding a folder over an empty folder on the job's PYTHONPATH in that node alone.
 """
 
 from __future__ import annotations
@@ -27,6 +31,7 @@ from tests import REPO_ROOT
 
 sys.path.insert(0, str(REPO_ROOT / "smoke_tests"))
 from tests.integration.smoke.conftest import processes_tagged
+from tests.integration.smoke.test_cluster import SITE, fake_torch
 from tests.testbed import slurm  # (it reads nodes with neuron_smoke.slurm_health's parser, on that path)
 
 HEALTHCHECK = slurm.HEALTHCHECK
@@ -64,14 +69,20 @@ def no_provider(folder: Path) -> Path:
 
 
 def submit(
-    cluster: slurm.Cluster, settings: dict[str, str], folder: Path, name: str, **extra: str
+    cluster: slurm.Cluster,
+    settings: dict[str, str],
+    folder: Path,
+    name: str,
+    args: tuple[str, ...] = (),
+    reports: Path | None = None,
+    **extra: str,
 ) -> tuple[slurm.Job, str, Path]:
-    """`sbatch -N 4 verify-cluster.sbatch`, waited for, EXTRA added to its environment: (the ended job, its output,
-    the reports' folder)."""
-    reports = folder / f"reports-{name}"
+    """`sbatch -N 4 verify-cluster.sbatch ARGS`, waited for, EXTRA added to its environment: (the ended job, its
+    output, the reports' folder: REPORTS, else one of its own, which the Epilog does not read)."""
+    reports = reports or folder / f"reports-{name}"
     out = folder / f"job-{name}.out"
     start = time.monotonic()
-    job = slurm.run_verify_cluster(cluster, settings, NODES, out, reports, JOB_TIMEOUT, **extra)
+    job = slurm.run_verify_cluster(cluster, settings, NODES, out, reports, JOB_TIMEOUT, args, **extra)
     print(f"job {name}: {job.state}, exit {job.exit_code} in {time.monotonic() - start:.1f}s")
     text = out.read_text() if out.exists() else ""
     print(text)
@@ -127,6 +138,103 @@ def test_a_node_without_its_fabric_fails_the_job_and_only_it_is_drained_then_res
     cluster.wait_idle(timeout=30)
 
 
+def injector_site(folder: Path, name: str) -> Path:
+    """A PYTHONPATH folder whose sitecustomize turns test_cluster.py's injector NAME on (cluster_site)."""
+    site = folder / f"{name}-site"
+    site.mkdir(exist_ok=True)
+    (site / "sitecustomize.py").write_text(
+        f"import os, runpy\nos.environ['NEURON_CLUSTER_INJECT'] = {name!r}\n"
+        f"runpy.run_path({str(SITE / 'sitecustomize.py')!r})\n"
+    )
+    return site
+
+
+def never_starts(folder: Path) -> Path:
+    """A verify-device that exits at once, before joining: the node never joins."""
+    script = folder / "verify-device-never-joins"
+    script.write_text("#!/bin/sh\necho 'verify-device: (injected) exits before joining' >&2\nexit 1\n")
+    script.chmod(0o755)
+    return script
+
+
+VERIFY_DEVICE = str(REPO_ROOT / "scripts" / "verify-device.sh")
+# Per fault run: {node: (what is bound in that node, over what)} with the drain reason each node must get, and the
+# job's extra verify-device arguments. One run for the faults whose stages do not need each other (as test_cluster.py
+# shares them), one for the node that never joins (a short join timeout: the others wait that long for it).
+FAULTS = {
+    "drift": (
+        {"n2": "torch", "n3": "other_graph", "n4": "wrong_value"},
+        {
+            "n2": "neuron-torch: consistency: torch differs: this node (node 1) has 2.13.1",
+            "n3": "neuron-torch: consistency: graph differs: this node (node 2)",
+            "n4": "neuron-torch: allreduce: this node (node 3) contributed 104 instead of 4",
+        },
+        (),
+    ),
+    "never-joins": (
+        {"n4": "never_starts"},
+        {"n4": "neuron-torch: join: did not join the cluster check (job {job}) within 6s"},
+        ("--join-timeout", "6"),
+    ),
+}
+
+
+@pytest.mark.parametrize("run", list(FAULTS))
+def test_a_cluster_fault_fails_the_job_and_the_epilog_drains_only_that_node_with_its_stage(
+    cluster: slurm.Cluster, settings: dict[str, str], folder: Path, run: str
+) -> None:
+    """Each fault on its own node of the 4-node job, reports in the site's folder (the Epilog's): the job fails naming
+    those nodes; Slurm's Epilog (neuron-healthcheck) drains each with its stage's reason and no other node; nothing
+    of the job is left running. The node health check cannot see a cluster stage, so it leaves such a drain alone
+    even once the fault is gone; the operator resumes the fixed nodes and the rerun job passes, every node idle."""
+    faults, reasons, args = FAULTS[run]
+    empty = folder / "node-site"
+    empty.mkdir(exist_ok=True)
+    bound = {}
+    for name, fault in faults.items():
+        if fault == "never_starts":
+            bound[name] = (never_starts(folder), VERIFY_DEVICE)
+        elif fault == "torch":
+            bound[name] = (fake_torch(folder / run, "2.13.1"), str(empty))
+        else:
+            bound[name] = (injector_site(folder, fault), str(empty))
+    reports = cluster.folder / slurm.CHECK_DIR
+    tag = f"NEURON_SMOKE_TEST_TAG_{uuid.uuid4().hex}"
+    extra = {"PYTHONPATH": str(empty), "NEURON_TORCH_CLUSTER_STAGES": "device,fabric,consistency,allreduce", tag: "1"}
+    for name, (source, target) in bound.items():
+        cluster.inject(name, source, target)
+    try:
+        job, output, _ = submit(cluster, settings, folder, run, args, reports, **extra)
+        assert processes_tagged(tag) == []
+    finally:
+        for name, (_, target) in bound.items():
+            cluster.heal(name, target)
+    assert (job.state, job.exit_code) == ("FAILED", 1)
+    table = json.loads((reports / "cluster-report.json").read_text())
+    verdicts = {n: "PASS" for n in cluster.nodes} | {
+        n: "MISSING" if f == "never_starts" else "FAIL" for n, f in faults.items()
+    }
+    assert {f"n{n['rank'] + 1}": n["verdict"] for n in table["nodes"]} == verdicts
+    for name in faults:
+        rank = cluster.nodes.index(name)
+        assert re.search(rf"^{rank} +({name}|-) +(FAIL|MISSING) ", output, re.M), name
+    for name in cluster.nodes:
+        node = cluster.node(name)
+        if name in reasons:
+            assert node.drained and node.reason.startswith(reasons[name].format(job=job.id)), (name, node.reason)
+            assert len(node.reason) <= 120
+        else:
+            assert not node.drained, (name, node.reason)
+
+    for name, check in healthcheck(cluster, *faults).items():  # fixed; the node stages pass, the drain stays
+        assert check.returncode == 0 and "drained for a stage this check does not run" in check.stderr
+        assert cluster.node(name).drained
+    cluster.command("scontrol", "update", f"NodeName={','.join(faults)}", "State=RESUME")
+    job, output, _ = submit(cluster, settings, folder, f"{run}-fixed", args, reports, **extra)
+    assert (job.state, job.exit_code) == ("COMPLETED", 0) and f"cluster: PASS, all {NODES} node(s) passed" in output
+    cluster.wait_idle(timeout=30)  # the Epilog drained none
+
+
 def test_a_node_drained_by_hand_is_never_resumed_by_the_check(cluster: slurm.Cluster) -> None:
     cluster.command("scontrol", "update", "NodeName=n2", "State=DRAIN", "Reason=replacing a DIMM")
     try:
@@ -144,14 +252,8 @@ def test_a_node_that_dies_mid_job_fails_the_job_named_and_leaves_nothing_running
     """n3's verify-device SIGKILLs itself at its first all_reduce (test_cluster.py's die_in_allreduce, on its rank 2):
     the job's PYTHONPATH holds an empty folder, and in n3 alone a folder whose sitecustomize turns the injector on is
     bound over it. The job fails with n3 named, the others pass, and no process of the job is left on any node."""
-    empty, dying = folder / "node-site", folder / "die-site"
-    empty.mkdir()
-    dying.mkdir()
-    injector = REPO_ROOT / "tests" / "integration" / "smoke" / "cluster_site" / "sitecustomize.py"
-    (dying / "sitecustomize.py").write_text(
-        "import os, runpy\nos.environ['NEURON_CLUSTER_INJECT'] = 'die_in_allreduce'\n"
-        f"runpy.run_path({str(injector)!r})\n"
-    )
+    empty, dying = folder / "node-site", injector_site(folder, "die_in_allreduce")
+    empty.mkdir(exist_ok=True)
     tag = f"NEURON_SMOKE_TEST_TAG_{uuid.uuid4().hex}"
     cluster.inject("n3", dying, str(empty))
     try:

@@ -42,6 +42,7 @@ ADDRESS = "127.0.27.{}"  # node i (1-based) at .(i+1); slurmctld at .1
 START_TIMEOUT_S = 60.0
 REGISTER_TIMEOUT_S = 90.0  # a node registers once its health check is done: Slurm kills one at 60 s
 BOUND = ("hosts", "slurm", "default")  # of /etc, bound over in every namespace
+CHECK_DIR = "cluster-check"  # under a twin cluster's folder: the reports' folder its Epilog reads
 
 
 def missing() -> list[str]:
@@ -341,14 +342,17 @@ def twin_settings(folder: Path) -> dict[str, str]:
 
 
 def twin_cluster(folder: Path, nodes: int, settings: Mapping[str, str]) -> AbstractContextManager[Cluster]:
-    """A cluster whose HealthCheckProgram is neuron-healthcheck (slurmd runs it as each node starts), its settings
-    in every node's /etc/default/neuron-healthcheck."""
+    """A cluster whose HealthCheckProgram and Epilog are neuron-healthcheck (slurmd runs it as each node starts,
+    and after each job), its settings in every node's /etc/default/neuron-healthcheck, and NEURON_TORCH_CLUSTER_DIR
+    there the site's cluster check folder, FOLDER/CHECK_DIR: its Epilog drains the nodes a job there failed."""
     conf = {
         "HealthCheckProgram": str(HEALTHCHECK),
         "HealthCheckInterval": "3600",  # the tests rerun it as slurmd does (run_healthcheck)
         "HealthCheckNodeState": "ANY",
+        "Epilog": str(HEALTHCHECK),
     }
-    return cluster(folder, nodes, conf, {"neuron-healthcheck": "".join(f"{k}={v}\n" for k, v in settings.items())})
+    own = {**settings, "NEURON_TORCH_CLUSTER_DIR": str(folder / CHECK_DIR)}
+    return cluster(folder, nodes, conf, {"neuron-healthcheck": "".join(f"{k}={v}\n" for k, v in own.items())})
 
 
 def run_healthcheck(running: Cluster, name: str) -> subprocess.CompletedProcess[str]:
@@ -364,9 +368,17 @@ def run_healthcheck(running: Cluster, name: str) -> subprocess.CompletedProcess[
 
 
 def run_verify_cluster(
-    running: Cluster, settings: Mapping[str, str], nodes: int, out: Path, reports: Path, timeout: float, **extra: str
+    running: Cluster,
+    settings: Mapping[str, str],
+    nodes: int,
+    out: Path,
+    reports: Path,
+    timeout: float,
+    args: Sequence[str] = (),
+    **extra: str,
 ) -> Job:
-    """`sbatch -N NODES verify-cluster.sbatch`, output to OUT, the reports into REPORTS, EXTRA in its environment."""
+    """`sbatch -N NODES verify-cluster.sbatch [ARGS]`, output to OUT, the reports into REPORTS, EXTRA in its
+    environment."""
     env = {
         **running.env,
         **settings,
@@ -376,5 +388,14 @@ def run_verify_cluster(
         "NEURON_TORCH_CLUSTER_STAGES": "environment,device,fabric,consistency,allreduce",
         **extra,
     }
-    argv = ["-N", str(nodes), f"--output={out}", f"--chdir={out.parent}", str(SBATCH), "--allreduce-max-bytes", "65536"]
+    argv = [
+        "-N",
+        str(nodes),
+        f"--output={out}",
+        f"--chdir={out.parent}",
+        str(SBATCH),
+        "--allreduce-max-bytes",
+        "65536",
+        *args,
+    ]
     return running.run_job(argv, env, timeout)

@@ -18,7 +18,7 @@ import torch
 from torch import nn
 from torch.utils._python_dispatch import _disable_current_modes
 
-from neuron_smoke.evaluate import failure, precision, randomness
+from neuron_smoke.evaluate import attribution, failure, precision, randomness
 from neuron_smoke.evaluate import inventory as inv
 from neuron_smoke.models import ModelSpec
 
@@ -104,24 +104,6 @@ def _hook_modules(model: nn.Module, cap: Capture) -> list[Any]:
     return handles
 
 
-def _locating(model: nn.Module) -> tuple[list[str], list[Any]]:
-    """The modules whose forward is running, innermost last (an exception leaves them there), and the hooks' handles."""
-    active: list[str] = []
-
-    def enter(label: str) -> Callable[..., None]:
-        return lambda *_: active.append(label)
-
-    def leave(*_: Any) -> None:
-        if active:
-            active.pop()
-
-    handles = []
-    for name, module in model.named_modules():
-        handles.append(module.register_forward_pre_hook(enter(name or inv.ROOT)))
-        handles.append(module.register_forward_hook(leave))
-    return active, handles
-
-
 def _moved(spec: ModelSpec, device: str) -> tuple[nn.Module, list[str], tuple[Any, ...], dict[str, Any]]:
     """The model and inputs on `device`; a move that fails (a sparse buffer the device has no layout for) names the
     first tensor of the model not in the strided layout, or the model."""
@@ -159,14 +141,14 @@ def train_step(
     cap = Capture(device=device)
     model, cap.untied, args, kwargs = _moved(spec, device)
     optimizer = torch.optim.SGD(model.parameters(), lr=LR, momentum=0.9)
-    active, handles = _locating(model)
-    handles += _hook_modules(model, cap) if activations else []
+    nesting = attribution.Nesting(model)  # before the capture's hooks: a module's own post hook runs after them
+    handles = _hook_modules(model, cap) if activations else []
     if tracker is not None:
         tracker.clear_op_tracking()
     with ExitStack() as stack:
         drawn = stack.enter_context(randomness.same_random())  # below the inventory: it sees the model's own ops
         stack.enter_context(precision.step(at, torch.device(device).type))
-        recorded = stack.enter_context(inv.recording(model) if with_inventory else nullcontext())
+        recorded = stack.enter_context(inv.recording(model, nesting) if with_inventory else nullcontext())
         phase = "forward"
         try:
             with precision.forward(at, torch.device(device).type):
@@ -179,8 +161,9 @@ def train_step(
             optimizer.step()
             synchronize()
         except Exception as exc:
-            raise _failed(exc, phase, active, recorded) from exc
+            raise _failed(exc, phase, nesting.stack, recorded) from exc
         finally:
+            nesting.remove()
             for h in handles:
                 h.remove()
     if tracker is not None:

@@ -1,9 +1,9 @@
 """The op inventory: every aten op a model step dispatches, with its call count, dtypes and calling module.
 
-A TorchDispatchMode sees each op after autograd (forward and backward); torch's ModuleTracker says which modules
-are active, forward and backward, and the innermost is named. A TorchFunctionMode notes torch functions called
-inside torch.func transforms, which the dispatch mode cannot tell apart. It is taken over one step only: the
-timed steps run bare, so the inventory costs one slow step, not a slower steady state.
+A TorchDispatchMode sees each op after autograd (forward and backward); attribution.Nesting names the module whose
+forward produced it (backward: the module whose forward made the autograd node being run). A TorchFunctionMode
+notes torch functions called inside torch.func transforms, which the dispatch mode cannot tell apart. It is taken
+over one step only: the timed steps run bare, so the inventory costs one slow step, not a slower steady state.
 """
 
 from __future__ import annotations
@@ -16,9 +16,10 @@ from typing import Any
 import torch
 from torch.overrides import TorchFunctionMode, resolve_name
 from torch.utils._python_dispatch import TorchDispatchMode
-from torch.utils.module_tracker import ModuleTracker
 
-ROOT = "(root)"
+from neuron_smoke.evaluate import attribution
+
+ROOT = attribution.ROOT
 
 
 @dataclass
@@ -68,24 +69,16 @@ def transform_active() -> bool:
 
 
 class _Recorder(TorchDispatchMode):  # type: ignore[no-untyped-call]  # untyped in torch
-    def __init__(self, tracker: ModuleTracker, root_prefix: str) -> None:
+    def __init__(self, nesting: attribution.Nesting) -> None:
         super().__init__()  # type: ignore[no-untyped-call]
-        self.tracker = tracker
-        self.root_prefix = root_prefix
+        self.nesting = nesting
         self.records: dict[tuple[str, str, str], OpRecord] = {}
         self.failed: tuple[str, str, str] | None = None  # (op, module, phase) of an op that raised
 
-    def _module(self) -> str:
-        parents = [p for p in self.tracker.parents if p.startswith(self.root_prefix)]
-        if not parents:
-            return ROOT
-        inner = max(parents, key=lambda p: p.count("."))
-        return inner[len(self.root_prefix) + 1 :] or ROOT
-
     def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
         kwargs = kwargs or {}
-        phase = "backward" if self.tracker.is_bw else "forward"
-        key = (op_name(func), self._module(), phase)
+        phase = "backward" if self.nesting.in_backward() else "forward"
+        key = (op_name(func), self.nesting.current(), phase)
         rec = self.records.get(key)
         if rec is None:
             rec = self.records[key] = OpRecord(*key)
@@ -104,7 +97,7 @@ class _Recorder(TorchDispatchMode):  # type: ignore[no-untyped-call]  # untyped 
 
     def note_transform(self, func: Any) -> None:
         """A torch function called inside a torch.func transform (the dispatch mode sees only the unbatched ops)."""
-        key = (resolve_name(func) or getattr(func, "__name__", str(func)), self._module(), "forward")
+        key = (resolve_name(func) or getattr(func, "__name__", str(func)), self.nesting.current(), "forward")
         rec = self.records.get(key)
         if rec is None:
             rec = self.records[key] = OpRecord(*key, under_transform=True)
@@ -143,12 +136,18 @@ def normalize(name: str) -> str:
 
 
 @contextmanager
-def recording(model: torch.nn.Module) -> Iterator[Inventory]:
-    """Record the ops dispatched inside the block; the Inventory is filled when the block exits."""
-    tracker = ModuleTracker()
+def recording(model: torch.nn.Module, nesting: attribution.Nesting | None = None) -> Iterator[Inventory]:
+    """Record the ops dispatched inside the block; the Inventory is filled when the block exits. `nesting`: one the
+    caller already keeps on the model (otherwise one is made for the block)."""
     inventory = Inventory()
-    recorder = inventory.recorder = _Recorder(tracker, type(model).__name__)
-    with tracker, recorder, _TransformWatch(recorder):
-        yield inventory
+    made = nesting is None
+    nesting = attribution.Nesting(model) if nesting is None else nesting
+    recorder = inventory.recorder = _Recorder(nesting)
+    try:
+        with recorder, _TransformWatch(recorder):
+            yield inventory
+    finally:
+        if made:
+            nesting.remove()
     inventory.records = list(recorder.records.values())
     inventory.recorder = None

@@ -7,7 +7,9 @@ other share a run, each checked on its own node and stage, and no other node bla
   install would be), node 2 has no usable fabric provider (a PATH whose `fi_info` answers -61, as libfabric does
   without the provider), node 3 compiles another graph (cluster_site's other_graph);
 - run "lost": node 1 contributes a wrong value to the all_reduce (cluster_site's wrong_value), node 3 never starts;
-- run "killed": node 2 is SIGKILLed in the middle of the all_reduce (cluster_site's die_in_allreduce).
+- run "killed": node 2 is SIGKILLed in the middle of the all_reduce (cluster_site's die_in_allreduce);
+- run "frozen": node 2 stops (SIGSTOP) in the all_reduce with its sockets open, which gloo alone would wait its
+  whole timeout for; the others give up within seconds, and the test kills node 2 once they are done.
 
 The fabric provider is the test release's (`tcp`, constraints/test-matrix.toml), read from its rendered instance
 facts (NEURON_SMOKE_INSTANCE_FACTS), never from a flag.
@@ -78,7 +80,8 @@ def run_cluster(
     join_timeout: float = 30.0,
 ) -> dict[str, Any]:
     """4 nodes (one verify-device process each, started together); the ones in `absent` are never started.
-    `per_node[rank]` may set `inject` (cluster_site), `pythonpath` (folders first on it) and `path` (a PATH folder)."""
+    `per_node[rank]` may set `inject` (cluster_site), `pythonpath` (folders first on it) and `path` (a PATH folder);
+    a node whose injector stops it (`hang_in_allreduce`) is killed once the others have exited."""
     per_node = per_node or {}
     port, reports, tag = free_port(), folder / "reports", f"NEURON_SMOKE_TEST_TAG_{uuid.uuid4().hex}"
     procs = {}
@@ -94,8 +97,10 @@ def run_cluster(
         argv += ["--report-dir", str(reports), "--allreduce-max-bytes", "65536"]
         out = (folder / f"node-{rank}.out").open("w")
         procs[rank] = (subprocess.Popen(argv, env=env, stdout=out, stderr=subprocess.STDOUT), out)
-    codes = {}
-    for rank, (proc, out) in procs.items():
+    codes, frozen = {}, [r for r in procs if "hang_in_allreduce" in per_node.get(r, {}).get("inject", "")]
+    for rank, (proc, out) in sorted(procs.items(), key=lambda item: item[0] in frozen):
+        if rank in frozen:
+            proc.kill()
         codes[rank] = proc.wait(timeout=NODE_TIMEOUT)
         out.close()
     elapsed = time.monotonic() - start
@@ -230,3 +235,17 @@ def test_a_node_killed_during_the_all_reduce(tmp_path: Path, facts: Path) -> Non
     table = run["table"]
     assert [node(table, r)["verdict"] for r in range(4)] == ["PASS", "PASS", "FAIL", "PASS"]
     assert node(table, 2)["stages"]["allreduce"] == "hung"
+
+
+def test_a_frozen_node_is_given_up_on_within_seconds_not_the_collective_timeout(tmp_path: Path, facts: Path) -> None:
+    run = run_cluster(tmp_path, facts, f"device,{CLUSTER_STAGES}", {2: {"inject": "hang_in_allreduce"}}, (), 60.0)
+    assert [run["codes"][r] for r in (0, 1, 3)] == [0, 0, 0] and run["verdict"].returncode == 1
+    assert not run["left_behind"]
+    for rank in (0, 1, 3):
+        survivor = stage(run["reports"][rank], "allreduce")
+        assert survivor["status"] == "skip" and survivor["reason"].startswith("node 2 stopped answering"), survivor
+        assert "heartbeat stopped" in survivor["reason"]
+        # the collective allows 60 s (the join timeout); a stuck peer is seen in SILENT_S (2 s) and confirmed again
+        assert survivor["duration_s"] < 30, survivor["duration_s"]
+    assert [node(run["table"], r)["verdict"] for r in range(4)] == ["PASS", "PASS", "FAIL", "PASS"]
+    assert node(run["table"], 2)["stages"]["allreduce"] == "hung"

@@ -9,7 +9,17 @@ from pathlib import Path
 
 import pytest
 
-from neuron_smoke.slurm_health import MAX_REASON, Node, decide, failure, main, parse_node, reason
+from neuron_smoke.slurm_health import (
+    MAX_REASON,
+    Node,
+    cluster_failure,
+    decide,
+    failure,
+    main,
+    parse_node,
+    reason,
+    stage_of,
+)
 
 # Lines as Slurm 22.05's `scontrol show node -o` prints them (taken from the test bed's cluster, shortened).
 IDLE = (
@@ -145,3 +155,90 @@ def test_main_says_so_when_scontrol_fails(tmp_path: Path, capsys: pytest.Capture
     verify, _, _ = stand_ins(tmp_path, IDLE, [], 0)
     assert main(["--node", "n1", "--verify-device", str(verify), "--scontrol", str(tmp_path / "none")]) == 1
     assert capsys.readouterr().err.strip().splitlines()[-1].startswith("neuron-healthcheck: error: n1: ")
+
+
+CLUSTER_DRAIN = OURS.replace(
+    "Reason=neuron-torch: fabric: `fi_info -p tcp` lists no tcp provider (fi_getinfo: -61)",
+    "Reason=neuron-torch: consistency: graph differs: this node (node 1) has 7ac5",
+)
+
+
+def test_the_stage_a_reason_names() -> None:
+    assert stage_of("neuron-torch: consistency: graph differs: a: b") == "consistency"
+    assert stage_of("neuron-torch: verify-device: exit 2") == "verify-device"
+    assert stage_of("replacing a DIMM: consistency") == ""
+
+
+def test_a_cluster_stage_drain_is_resumed_only_by_a_check_of_that_stage() -> None:
+    node = parse_node(CLUSTER_DRAIN)
+    left = decide(node, None)  # the node check: environment, device, fabric
+    assert left.argv == () and "drained for a stage this check does not run" in left.says
+    assert decide(node, None, checked=("consistency",)).argv[-1] == "State=RESUME"
+
+
+def cluster_reports(folder: Path, job: str, nodes: list[dict[str, object]]) -> Path:
+    """A verify-cluster.sbatch reports' folder of job JOB on n1..n3, with cluster-report.json's NODES."""
+    folder.mkdir()
+    (folder / "slurm-job").write_text(f"{job}\n")
+    (folder / "slurm-nodes").write_text("n1\nn2\nn3\n")
+    (folder / "cluster-report.json").write_text(json.dumps({"passed": False, "nodes": nodes}))
+    note = {"stages": [{"name": "consistency", "notes": ["node 2 did not join within 6s (missing): checked among"]}]}
+    (folder / "node-0.json").write_text(json.dumps(note))
+    return folder
+
+
+NODES = [
+    {"rank": 0, "host": "n1", "verdict": "PASS", "problems": []},
+    {"rank": 1, "host": "n2", "verdict": "FAIL", "problems": ["allreduce: this node (node 1) contributed 102"]},
+    {"rank": 2, "host": "", "verdict": "MISSING", "problems": ["no report (node-2.json)"]},
+]
+
+
+def test_a_node_s_line_of_the_cluster_check_is_its_failure(tmp_path: Path) -> None:
+    folder = cluster_reports(tmp_path / "r", "17", NODES)
+    assert cluster_failure(folder, "n1", "17") is None
+    assert cluster_failure(folder, "n2", "17") == ("allreduce", "this node (node 1) contributed 102")
+    assert cluster_failure(folder, "n3", "17") == ("join", "did not join the cluster check (job 17) within 6s")
+    with pytest.raises(ValueError, match="holds job 17's reports, not job 18's"):
+        cluster_failure(folder, "n1", "18")
+    with pytest.raises(ValueError, match="n9 is not a node of job 17"):
+        cluster_failure(folder, "n9", "17")
+
+
+def epilog_env(monkeypatch: pytest.MonkeyPatch, job: str) -> None:
+    monkeypatch.setenv("SLURM_SCRIPT_CONTEXT", "epilog_slurmd")
+    monkeypatch.setenv("SLURM_JOB_ID", job)
+
+
+def test_as_the_epilog_the_check_job_s_failed_node_is_drained_with_its_stage(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    folder = cluster_reports(tmp_path / "r", "17", NODES)
+    _, scontrol, log = stand_ins(tmp_path, IDLE.replace("n1", "n2"), [], 0)
+    epilog_env(monkeypatch, "17")
+    args = ["--node", "n2", "--verify-device", str(tmp_path / "absent"), "--scontrol", str(scontrol)]
+    assert main([*args, "--cluster-report", str(folder)]) == 0  # an epilog exits 0: Slurm drains a failed one
+    drain = "update|NodeName=n2|State=DRAIN|Reason=neuron-torch: allreduce: this node (node 1) contributed 102|"
+    assert log.read_text() == drain
+
+
+def test_as_the_epilog_of_another_job_the_check_does_nothing(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    folder = cluster_reports(tmp_path / "r", "17", NODES)
+    _, scontrol, log = stand_ins(tmp_path, IDLE.replace("n1", "n2"), [], 0)
+    epilog_env(monkeypatch, "18")
+    args = ["--node", "n2", "--verify-device", str(tmp_path / "absent"), "--scontrol", str(scontrol)]
+    assert main([*args, "--cluster-report", str(folder)]) == 0
+    assert main(args) == 0  # no folder configured
+    assert not log.exists()
+
+
+def test_as_the_epilog_of_a_check_job_without_a_verdict_it_says_so(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    folder = cluster_reports(tmp_path / "r", "17", NODES)
+    (folder / "cluster-report.json").unlink()  # cancelled before cluster-report ran
+    _, scontrol, log = stand_ins(tmp_path, IDLE.replace("n1", "n2"), [], 0)
+    epilog_env(monkeypatch, "17")
+    args = ["--node", "n2", "--scontrol", str(scontrol), "--cluster-report", str(folder)]
+    assert main(args) == 0 and not log.exists()
+    assert "n2: no verdict of job 17, nothing done: cannot read" in capsys.readouterr().err

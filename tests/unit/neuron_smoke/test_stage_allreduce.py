@@ -43,3 +43,70 @@ def test_one_node_runs_the_rounds_and_reports_bandwidth(monkeypatch: pytest.Monk
     table = log.numbers["bandwidth"]
     assert [row["bytes"] for row in table] == [8, 65536]
     assert all(row["busbw_gbps"] == 0 and row["algbw_gbps"] > 0 for row in table)  # one node: no bus traffic
+
+
+class Work:
+    """A collective's work that never completes (a peer stuck with its sockets open), or one that does."""
+
+    def __init__(self, done: bool = False, error: str = "") -> None:
+        self.done, self.error, self.waited = done, error, False
+
+    def is_completed(self) -> bool:
+        return self.done
+
+    def wait(self, timeout: object = None) -> bool:
+        """As c10d's Work.wait(timeout): raises when the work is not done by then (it goes on), or failed."""
+        self.waited = True
+        if not self.done:
+            raise RuntimeError("Operation timed out!")
+        if self.error:
+            raise RuntimeError(self.error)
+        return True
+
+
+class Group:
+    def __init__(self) -> None:
+        self.aborted = 0
+
+    def abort(self) -> None:
+        self.aborted += 1
+
+
+class Members:
+    """A session of nodes 0-2 seen from node 0; `stopped` are the peers whose heartbeat stopped."""
+
+    def __init__(self, stopped: tuple[int, ...] = ()) -> None:
+        self.members, self.rank, self.stopped = (0, 1, 2), 0, stopped
+
+    def stalled(self, rank: int) -> bool:
+        return rank in self.stopped
+
+
+def test_a_stuck_peer_aborts_the_collective_at_once_naming_it() -> None:
+    group = Group()
+    watch = stage_allreduce.Watch(group, Members(stopped=(2,)), timeout_s=60)  # type: ignore[arg-type]
+    with pytest.raises(stage_allreduce.PeerStopped, match=r"node 2's heartbeat stopped \(60s allowed\)"):
+        watch.wait(Work())
+    assert group.aborted == 1
+
+
+def test_a_collective_that_never_ends_is_aborted_at_the_deadline() -> None:
+    group = Group()
+    watch = stage_allreduce.Watch(group, Members(), timeout_s=0.2)  # type: ignore[arg-type]
+    with pytest.raises(stage_allreduce.PeerStopped, match="it timed out"):
+        watch.wait(Work())
+    assert group.aborted == 1
+
+
+def test_a_completed_collective_is_waited_on_for_its_own_error() -> None:
+    group, work = Group(), Work(done=True)
+    stage_allreduce.Watch(group, Members(stopped=(1,)), timeout_s=5).wait(work)  # type: ignore[arg-type]
+    assert work.waited and group.aborted == 0
+
+
+def test_a_failed_collective_raises_its_own_error_not_a_stopped_peer() -> None:
+    group = Group()
+    watch = stage_allreduce.Watch(group, Members(stopped=(1,)), timeout_s=5)  # type: ignore[arg-type]
+    with pytest.raises(RuntimeError, match="Connection closed by peer"):
+        watch.wait(Work(done=True, error="Connection closed by peer"))
+    assert group.aborted == 0

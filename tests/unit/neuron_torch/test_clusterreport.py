@@ -92,3 +92,29 @@ def test_bad_input_is_a_usage_error(tmp_path: Path) -> None:
     assert raised.value.exit_code == 2
     with pytest.raises(NeuronTorchError, match="--expect must be at least 1"):
         clusterreport.collect(tmp_path, 0)
+
+
+def test_each_nodes_compiled_and_loaded_graphs_are_shown(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A node started on a shared cache after another compiled loads the graphs: the table shows it per node."""
+    counts = [{"graphs_compiled": 2, "graphs_loaded": 0}, {"graphs_compiled": 0, "graphs_loaded": 2}, {}]
+    reports = [report(r) for r in range(3)]
+    for data, numbers in zip(reports, counts, strict=True):
+        data["stages"].append({"name": "compile", "status": "pass", "numbers": numbers})
+    folder = write(tmp_path / "r", *reports)
+    assert clusterreport.run(folder, 3, None) == 0
+    out = capsys.readouterr().out
+    assert "graphs compiled/loaded" in out
+    markdown = (folder / "cluster-report.md").read_text()
+    assert "| 0 | trn0 | PASS | PASS | PASS | PASS | 2/0 |" in markdown
+    assert "| 1 | trn1 | PASS | PASS | PASS | PASS | 0/2 |" in markdown
+    assert "| 2 | trn2 | PASS | PASS | PASS | PASS | ?/? |" in markdown  # no counters (the real torch_neuronx)
+    nodes = json.loads((folder / "cluster-report.json").read_text())["nodes"]
+    assert [(n["graphs_compiled"], n["graphs_loaded"]) for n in nodes] == [(2, 0), (0, 2), (None, None)]
+
+
+def test_the_graph_column_is_left_out_when_no_node_ran_the_compile_stage(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    folder = write(tmp_path / "r", *(report(r) for r in range(3)))
+    clusterreport.run(folder, 3, None)
+    assert "graphs" not in capsys.readouterr().out

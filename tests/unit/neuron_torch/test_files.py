@@ -133,3 +133,13 @@ def test_publish_replaces_an_empty_folder_and_remove_tree_is_quiet(tmp_path: Pat
     files.remove_tree(out)
     assert not out.exists()
     files.remove_tree(out)  # already gone: no error
+
+
+def test_replace_text_stages_in_a_file_of_its_own_process(tmp_path: Path) -> None:
+    """Another process's staged file of the same path (a second test worker rendering at once) is left to it."""
+    out = tmp_path / "vars.hcl"
+    other = tmp_path / ".vars.hcl.1.tmp"  # pid 1 is never this test's process
+    other.write_text("the other writer's")
+    files.replace_text(out, "mine\n")
+    assert out.read_text() == "mine\n" and other.read_text() == "the other writer's"
+    assert sorted(p.name for p in tmp_path.iterdir()) == [".vars.hcl.1.tmp", "vars.hcl"]

@@ -6,6 +6,7 @@ reads the variable; nothing is patched when it is unset (torch is not even impor
 |------------------|------------------------------------------------------------------------------------------|
 | wrong_value      | adds 100 to what it sends in every gloo all_reduce and all_gather (its contribution)      |
 | die_in_allreduce | SIGKILLs itself at its first gloo all_reduce (a node lost in the middle of a collective) |
+| hang_in_allreduce | SIGSTOPs itself at its first gloo all_reduce: stuck, its sockets open (a frozen node)    |
 | other_graph      | `F.gelu` computes the tanh approximation whatever it is asked (another lowering)          |
 """
 
@@ -15,7 +16,7 @@ import os
 import signal
 from typing import Any
 
-INJECTORS = ("wrong_value", "die_in_allreduce", "other_graph")
+INJECTORS = ("wrong_value", "die_in_allreduce", "hang_in_allreduce", "other_graph")
 
 
 def _install() -> None:
@@ -47,6 +48,12 @@ def _install() -> None:
             os.kill(os.getpid(), signal.SIGKILL)
 
         gloo.allreduce = die
+    if "hang_in_allreduce" in names:
+
+        def hang(self: Any, tensors: list[torch.Tensor], *args: Any) -> Any:
+            os.kill(os.getpid(), signal.SIGSTOP)
+
+        gloo.allreduce = hang
     if "other_graph" in names:
         gelu = torch.nn.functional.gelu
 

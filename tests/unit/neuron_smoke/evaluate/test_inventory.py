@@ -7,7 +7,7 @@ import torch
 from torch import nn
 
 from neuron_smoke.evaluate import inventory
-from neuron_smoke.examples import mlp
+from neuron_smoke.examples import gpt2, mlp
 
 
 def _mlp_step() -> tuple[nn.Module, inventory.Inventory]:
@@ -93,3 +93,14 @@ def test_op_names_and_their_normal_form() -> None:
     assert inventory.normalize("aten::add.Tensor") == inventory.normalize("add") == "add"
     record = inventory.OpRecord("aten::mul.Tensor", "fc", "backward", 3, {"float32", "bfloat16"})
     assert record.to_dict()["dtypes"] == ["bfloat16", "float32"] and record.to_dict()["calls"] == 3
+
+
+def test_backward_ops_are_the_modules_whose_forward_made_them_not_the_last_one_run() -> None:
+    # torch's ModuleTracker put GPT-2's softmax backward under the dropout that ran last in the block (issue 28)
+    model, args, loss_fn = gpt2.factory()[:3]
+    with inventory.recording(model) as inv:
+        loss_fn(model(*args)).backward()
+    attention = ["transformer.h.0.attn", "transformer.h.1.attn"]
+    assert inv.modules_of("_softmax") == inv.modules_of("_softmax_backward_data") == attention
+    assert inv.modules_of("tanh_backward") == ["transformer.h.0.mlp.act", "transformer.h.1.mlp.act"]
+    assert not model.transformer.h[0].attn._forward_pre_hooks  # the recording's own hooks are gone

@@ -1,0 +1,112 @@
+"""Which module an op belongs to, forward and backward: the module whose forward produced it.
+
+Forward, the owner is the innermost module whose forward is running, kept as a stack by forward pre and post hooks
+on every module, the root included (so code in the root's own `forward` is the root's, not the last child's).
+Backward, the owner of an op is the module whose forward made the autograd node being run: each module's post hook
+claims the nodes its forward created (walking back from its outputs' grad_fn over nodes newer than its start, inner
+modules claiming first), and during backward torch._C._current_autograd_node() says which node runs. torch's
+ModuleTracker names the module whose backward hook ran last instead, so a softmax's backward could land in the
+dropout that followed it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import torch
+from torch import nn
+from torch.utils._python_dispatch import _disable_current_modes
+
+ROOT = "(root)"
+NodeKey = tuple[int, str]  # (sequence number, node name): stable for a node's life, unlike the Python wrapper
+
+
+def _key(node: Any) -> NodeKey:
+    return (node._sequence_nr(), node.name())
+
+
+def _next_sequence_nr() -> int:
+    """The sequence number the next autograd node will get (making a throwaway node takes one)."""
+    with _disable_current_modes(), torch.enable_grad():
+        probe = torch.zeros((), requires_grad=True).view(())
+    assert probe.grad_fn is not None
+    return int(probe.grad_fn._sequence_nr()) + 1
+
+
+def _grad_fns(value: Any) -> list[Any]:
+    if isinstance(value, torch.Tensor):
+        return [value.grad_fn] if value.grad_fn is not None else []
+    if isinstance(value, dict):
+        return [g for v in value.values() for g in _grad_fns(v)]
+    if isinstance(value, list | tuple):
+        return [g for v in value for g in _grad_fns(v)]
+    return [g for v in getattr(value, "__dict__", {}).values() if isinstance(v, torch.Tensor) for g in _grad_fns(v)]
+
+
+class Nesting:
+    """The modules whose forward is running (innermost last) and the owner of each autograd node made in them.
+
+    `stack` is left as it was when a forward raised (the post hooks did not run), so it names where an error happened.
+    """
+
+    def __init__(self, model: nn.Module) -> None:
+        self.stack: list[str] = []
+        self.owner: dict[NodeKey, str] = {}
+        self._starts: list[int] = []
+        self._handles: list[Any] = []
+        for name, module in model.named_modules():
+            self._handles.append(module.register_forward_pre_hook(self._enter(name or ROOT)))
+            self._handles.append(module.register_forward_hook(self._leave))
+
+    def _enter(self, label: str) -> Callable[..., None]:
+        def hook(*_: Any) -> None:
+            self.stack.append(label)
+            transformed = torch._C._functorch.peek_interpreter_stack() is not None
+            self._starts.append(_next_sequence_nr() if torch.is_grad_enabled() and not transformed else -1)
+
+        return hook
+
+    def _leave(self, _module: nn.Module, _args: Any, output: Any) -> None:
+        if not self.stack:
+            return
+        label, start = self.stack.pop(), self._starts.pop()
+        if start >= 0:
+            self._claim(_grad_fns(output), start, label)
+
+    def _claim(self, roots: list[Any], start: int, label: str) -> None:
+        """Own the nodes made since `start` that lead to the outputs; an inner module's stay its own, but the walk goes
+        through them to reach nodes this module made before calling it."""
+        todo, seen = list(roots), set()
+        while todo:
+            node = todo.pop()
+            if node is None or node.name().endswith("AccumulateGrad") or node._sequence_nr() < start:
+                continue
+            key = _key(node)
+            if key in seen:
+                continue
+            seen.add(key)
+            self.owner.setdefault(key, label)
+            todo.extend(n for n, _ in node.next_functions)
+
+    def current(self) -> str:
+        """The innermost module running forward, or the owner of the node running backward; ROOT outside both."""
+        node = torch._C._current_autograd_node()
+        if node is not None:
+            return self.owner.get(_key(node), ROOT)
+        return self.stack[-1] if self.stack else ROOT
+
+    @staticmethod
+    def in_backward() -> bool:
+        return torch._C._current_autograd_node() is not None
+
+    def remove(self) -> None:
+        for h in self._handles:
+            h.remove()
+        self._handles = []
+
+    def __enter__(self) -> Nesting:
+        return self
+
+    def __exit__(self, *_: Any) -> None:
+        self.remove()
