@@ -105,7 +105,6 @@ RUN --mount=type=secret,id=ca --mount=type=cache,id=neuron-torch-pip,target=/roo
 
 FROM os AS runtime
 SHELL ["/bin/bash", "-o", "pipefail", "-c"]
-ARG BASE_IMAGE
 ARG PYTHON
 ARG PYTHON_ROUTE
 ARG APT_URL
@@ -139,11 +138,16 @@ ARG CELL_ID
 ARG RELEASE
 ARG FAMILY
 ARG PINS
+# The base as the release names it (pinned: NAME:TAG@sha256:...) and the digest the build resolved it to and checked
+# (a registry's manifest digest, or a local-only image's id): neuron_torch.baseimage.
+ARG BASE_REFERENCE
+ARG BASE_DIGEST
 LABEL org.opencontainers.image.title="neuron-torch" \
       org.opencontainers.image.description="TorchNeuron (torch-neuronx) environment, cell ${CELL_ID}" \
       org.opencontainers.image.version="${RELEASE}-${CELL_ID}" \
       org.opencontainers.image.licenses="Apache-2.0" \
-      org.opencontainers.image.base.name="${BASE_IMAGE}" \
+      org.opencontainers.image.base.name="${BASE_REFERENCE}" \
+      org.opencontainers.image.base.digest="${BASE_DIGEST}" \
       io.neuron-torch.cell="${CELL_ID}" \
       io.neuron-torch.release="${RELEASE}" \
       io.neuron-torch.family="${FAMILY}" \
@@ -162,7 +166,12 @@ COPY smoke_tests /opt/neuron-torch/smoke_tests
 # The bill of materials, from what is installed: CycloneDX SBOMs of the venv and of the apt packages, version-info.json
 # and their SHA256SUMS in /etc/neuron-torch/bom (neuron_cell.sbom, the generator the Packer builds run too).
 # `neuron-torch build image` then labels the image io.neuron-torch.bom with the sha256 of SHA256SUMS.
-RUN PYTHONPATH=/opt/neuron-torch/lib /opt/neuron-torch/venv/bin/python -m neuron_cell.sbom --out /etc/neuron-torch/bom
+RUN PYTHONPATH=/opt/neuron-torch/lib /opt/neuron-torch/venv/bin/python -m neuron_cell.sbom --out /etc/neuron-torch/bom \
+      --base-image "$BASE_REFERENCE" --base-digest "$BASE_DIGEST"
+# The commit built from (`neuron-torch build image` passes the full sha, `-dirty` for an edited checkout): declared
+# last, so a new commit changes this label and no layer.
+ARG REVISION
+LABEL org.opencontainers.image.revision="${REVISION}"
 USER 1000:1000
 WORKDIR /home/neuron
 ENTRYPOINT ["/usr/local/bin/neuron-torch-entrypoint"]

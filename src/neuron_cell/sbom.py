@@ -7,8 +7,9 @@ Run with the venv's own Python (the image build, the Packer docker build and an 
   sha256s the hash lock accepted for it;
 - `sbom-apt.cdx.json`: CycloneDX 1.6 JSON of the installed Debian packages (dpkg), each with its purl;
 - `version-info.json`, in the EKS AMI's style: the cell, the release, Python, every pinned version (pip and apt, the
-  host's too), the Neuron driver, runtime, collectives and tools where installed, and on a host (`--host`) the
-  kernel and its dkms modules;
+  host's too), the Neuron driver, runtime, collectives and tools where installed, an image's base image and the
+  digest it was built on (`--base-image`, `--base-digest`), and on a host (`--host`) the kernel and its dkms
+  modules;
 - `SHA256SUMS` of the three: its own sha256 is what the image's label `io.neuron-torch.bom` holds.
 
 The output is a function of what is installed: no timestamp unless SOURCE_DATE_EPOCH is set, a serial number derived
@@ -128,7 +129,7 @@ def host_facts() -> dict[str, Any]:
 
 
 def version_info(cell: dict[str, Any], pip: list[dict[str, Any]], apt: list[tuple[str, str, str]],
-                 host: bool) -> dict[str, Any]:  # fmt: skip
+                 host: bool, base: dict[str, str] | None = None) -> dict[str, Any]:  # fmt: skip
     installed_apt = {name: version for name, version, _ in apt}
     pinned_pip = {key: cell[key] for key in ("torch", "torch_neuronx", "neuronx_cc", "nki") if key in cell}
     info: dict[str, Any] = {
@@ -146,6 +147,8 @@ def version_info(cell: dict[str, Any], pip: list[dict[str, Any]], apt: list[tupl
             "apt": installed_apt,
         },
     }
+    if base:  # an image: the base it was built on, as the release names it and by the digest the build checked
+        info["base_image"] = base
     if host:
         info.update(host_facts())
     return info
@@ -166,7 +169,7 @@ def lock_hashes(path: Path | None) -> dict[str, list[str]]:
     return found
 
 
-def write(out: Path, cell: dict[str, Any], lock: Path | None, host: bool) -> str:
+def write(out: Path, cell: dict[str, Any], lock: Path | None, host: bool, base: dict[str, str] | None = None) -> str:
     """Write the three files and SHA256SUMS into `out`; the sha256 of SHA256SUMS."""
     version = f"{cell.get('release')}-{cell.get('id')}"
     pip = venv_components(lock_hashes(lock))
@@ -180,7 +183,7 @@ def write(out: Path, cell: dict[str, Any], lock: Path | None, host: bool) -> str
             {"type": kind, "bom-ref": "system", "name": "neuron-torch", "version": version},
             apt_components(apt, os_release()),
         ),
-        "version-info.json": version_info(cell, pip, apt, host),
+        "version-info.json": version_info(cell, pip, apt, host, base),
     }
     out.mkdir(parents=True, exist_ok=True)
     sums = []
@@ -198,13 +201,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--cell-record", type=Path, default=Path("/etc/neuron-torch/cell.json"))
     parser.add_argument("--lock", type=Path, default=Path("/etc/neuron-torch/lock.txt"))
     parser.add_argument("--host", action="store_true", help="a host (AMI): also the kernel and its dkms modules")
+    parser.add_argument("--base-image", default="", help="an image's base, as the release names it")
+    parser.add_argument("--base-digest", default="", help="the digest of that base the build was on")
     args = parser.parse_args(argv)
     try:
         cell = cellrecord.load(args.cell_record, what="cell record")
     except cellrecord.RecordError as error:
         print(f"python -m neuron_cell.sbom: {error}", file=sys.stderr)
         return 2
-    digest = write(args.out, cell, args.lock, args.host)
+    base = {"reference": args.base_image, "digest": args.base_digest} if args.base_image else None
+    digest = write(args.out, cell, args.lock, args.host, base)
     print(f"sha256:{digest}")
     return 0
 

@@ -21,18 +21,28 @@ LABEL = "io.neuron-torch.bom"
 SUMS = f"{BOM_DIR}/SHA256SUMS"
 
 
-def read_sums(docker: str, image: str) -> str:
-    """The image's SHA256SUMS (the bill of materials' index)."""
+def read_file(docker: str, image: str, path: str) -> bytes:
+    """One file of the image, as its layers hold it."""
     result = subprocess.run(
-        [docker, "run", "--rm", "--network", "none", "--entrypoint", "cat", image, SUMS],
-        capture_output=True, text=True, check=False, timeout=300,
+        [docker, "run", "--rm", "--network", "none", "--entrypoint", "cat", image, path],
+        capture_output=True, check=False, timeout=300,
     )  # fmt: skip
     if result.returncode != 0:
+        error = result.stderr.decode(errors="replace").strip()[-300:]
         raise NeuronTorchError(
-            f"{image} holds no {SUMS} ({result.stderr.strip()[-300:]}): build it from this checkout's Dockerfile",
-            EXIT_FAILED,
+            f"{image} holds no {path} ({error}): build it from this checkout's Dockerfile", EXIT_FAILED
         )
     return result.stdout
+
+
+def read_sums(docker: str, image: str) -> str:
+    """The image's SHA256SUMS (the bill of materials' index)."""
+    return read_file(docker, image, SUMS).decode()
+
+
+def parse_sums(text: str) -> dict[str, str]:
+    """SHA256SUMS as {file name: hex digest}."""
+    return {name: value for value, _, name in (line.partition("  ") for line in text.splitlines() if line)}
 
 
 def label_image(docker: str, tags: Sequence[str]) -> str:

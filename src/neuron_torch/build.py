@@ -21,10 +21,12 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from neuron_cell.boundary import quote
+from neuron_torch.baseimage import Base, check_built_on, require_pinned, resolve
 from neuron_torch.buildargs import DOCKER_TAG, build_args
 from neuron_torch.cellinfo import cell_record, relative
 from neuron_torch.errors import NeuronTorchError
 from neuron_torch.files import check_ca_bundle
+from neuron_torch.gitrev import build_revision
 from neuron_torch.lockfile import gate_lock, pip_options, read_lock, read_lock_text, with_pip_options
 from neuron_torch.matrix import Cell, Matrix
 
@@ -38,6 +40,7 @@ class ImageBuild:
     tags: tuple[str, ...]
     command: tuple[str, ...]
     stage_dir: Path
+    base: str  # the base image as the release names it
 
 
 # Where the docker CLI looks for its plugins (docker/cli's cli-plugins/manager: the user's, then the system's).
@@ -152,6 +155,16 @@ def check_target(matrix: Matrix, target: str) -> None:
         )
 
 
+def check_tags(tags: tuple[str, ...]) -> None:
+    for tag in tags:
+        if len(tag) > 255 or not DOCKER_TAG.fullmatch(tag):  # docker's own limit on a reference
+            raise NeuronTorchError(
+                f"--tag {quote(tag)} is not a docker image reference (at most 255 characters): NAME[:TAG], "
+                "lowercase name parts of letters, digits "
+                "and . _ - separated by /, a tag of up to 128 letters, digits, . _ - (e.g. registry.example/ml/nt:1)"
+            )
+
+
 def plan_image_build(
     matrix: Matrix,
     cell: Cell,
@@ -164,23 +177,26 @@ def plan_image_build(
     no_cache: bool = False,
     proxy: dict[str, str] | None = None,
     dry_run: bool = False,
+    release: bool = False,
 ) -> ImageBuild:
-    """Stage the cell's files (unless dry_run) and return the docker command that builds its image."""
+    """Stage the cell's files (unless dry_run) and return the docker command that builds its image; a release build
+    refuses a base image not pinned by digest. The command names the base as the release does: run_image_build
+    resolves it."""
+    if release:
+        require_pinned(cell.os.base_image, cell.id)
     if target is not None:
         check_target(matrix, target)
     lock_path = require_lock(matrix, cell, lock)
     if ca_bundle is not None:
         check_ca_bundle(ca_bundle)
-    for tag in tags:
-        if len(tag) > 255 or not DOCKER_TAG.fullmatch(tag):  # docker's own limit on a reference
-            raise NeuronTorchError(
-                f"--tag {quote(tag)} is not a docker image reference (at most 255 characters): NAME[:TAG], "
-                "lowercase name parts of letters, digits "
-                "and . _ - separated by /, a tag of up to 128 letters, digits, . _ - (e.g. registry.example/ml/nt:1)"
-            )
+    check_tags(tags)
     stage_dir, record = stage(matrix, cell, lock_path, write=not dry_run)
     tags = tags or default_tags(matrix, cell)
-    arguments = {**build_args(matrix, record), "CELL_DIR": stage_dir.relative_to(matrix.root).as_posix()}
+    arguments = {
+        **build_args(matrix, record),
+        "CELL_DIR": stage_dir.relative_to(matrix.root).as_posix(),
+        "REVISION": build_revision(matrix.root),
+    }
     command = [docker_binary(), "build", "--file", str(matrix.root / "Dockerfile"), "--progress", "plain"]
     for tag in tags:
         command += ["--tag", tag]
@@ -199,16 +215,34 @@ def plan_image_build(
     if no_cache:
         command.append("--no-cache")
     command.append(str(matrix.root))
-    return ImageBuild(cell=cell, tags=tags, command=tuple(command), stage_dir=stage_dir)
+    return ImageBuild(cell=cell, tags=tags, command=tuple(command), stage_dir=stage_dir, base=cell.os.base_image)
+
+
+def with_base(command: tuple[str, ...], base: Base) -> tuple[str, ...]:
+    """The build command with the resolved base: what FROM names and the digest the image records."""
+    values = {"BASE_IMAGE": base.source, "BASE_DIGEST": base.digest}
+    words = list(command)
+    for index, word in enumerate(words[:-1]):
+        key = words[index + 1].split("=", 1)[0]
+        if word == "--build-arg" and key in values:
+            words[index + 1] = f"{key}={values[key]}"
+    return tuple(words)
 
 
 def run_image_build(build: ImageBuild) -> int:
-    if shutil.which(build.command[0]) is None:
-        raise NeuronTorchError(f"{build.command[0]} not found: install docker (Debian: apt-get install docker.io)")
+    """Resolve the base (pulled by digest when missing), build, check the image is on that base, label its bill of
+    materials."""
+    docker = build.command[0]
+    if shutil.which(docker) is None:
+        raise NeuronTorchError(f"{docker} not found: install docker (Debian: apt-get install docker.io)")
+    base = resolve(docker, build.base)
+    print(f"base image {base.reference}: {base.digest} (FROM {base.source})", flush=True)
     environment = {**os.environ, "DOCKER_BUILDKIT": "1"}
-    status = subprocess.run(build.command, env=environment, check=False).returncode
+    status = subprocess.run(with_base(build.command, base), env=environment, check=False).returncode
+    if status == 0:
+        check_built_on(docker, base, build.tags[0])
     if status == 0 and "--target" not in build.command:  # the runtime image: its bill of materials' digest, labelled
         from neuron_torch.bom import label_image
 
-        print(f"labelled {LABEL_NOTE}: {label_image(build.command[0], build.tags)}", flush=True)
+        print(f"labelled {LABEL_NOTE}: {label_image(docker, build.tags)}", flush=True)
     return status

@@ -13,6 +13,7 @@ from typing import Any
 
 import neuron_cell
 from neuron_cell.cellrecord import PINNED
+from neuron_torch.baseimage import split
 from neuron_torch.cellrecord import check_record
 from neuron_torch.matrix import Matrix
 from neuron_torch.model import apt_pin
@@ -32,7 +33,9 @@ def build_args(matrix: Matrix, record: Mapping[str, Any]) -> dict[str, str]:
     record = check_record(dict(record), f"the cell record of {record.get('id', 'an image build')}")
     default = next(index for index in matrix.indexes if index.is_default)
     return {
-        "BASE_IMAGE": record["base_image"],
+        "BASE_IMAGE": record["base_image"],  # what FROM names: `build image` puts the resolved base here
+        "BASE_REFERENCE": record["base_image"],  # the base as the release names it: the image's base.name label
+        "BASE_DIGEST": split(record["base_image"])[1] or "",  # the digest it is built on, resolved by `build image`
         "CELL_ID": record["id"],
         "RELEASE": record["release"],
         "FAMILY": record["family"],

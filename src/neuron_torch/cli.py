@@ -104,6 +104,11 @@ def add_build(sub: Subparsers) -> None:
     p.add_argument("--target", help="stop at this Dockerfile stage (keyring, python, venv; default: the runtime image)")
     p.add_argument("--no-cache", action="store_true", help="rebuild every layer (the pip download cache is kept)")
     p.add_argument("--dry-run", action="store_true", help="print the docker command without running it")
+    p.add_argument("--release", action="store_true", help="a release build: refuse a base image not pinned by "
+                   "digest (publish image refuses an image built on one)")  # fmt: skip
+    p.add_argument("--compare", metavar="IMAGE", help="after the build, check the image has the package set of IMAGE "
+                   "(read before the build: e.g. the tag a rebuild of the same commit moves); exit 1 naming each "
+                   "difference")  # fmt: skip
     p.set_defaults(handler=commands.cmd_build_image)
 
     p = cell_parser(what, "ami", "the cell's AMI with Packer, after fmt -check and validate (--only docker: locally)")

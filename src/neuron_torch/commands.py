@@ -231,6 +231,12 @@ def cmd_build_image(args: argparse.Namespace, matrix: Matrix) -> int:
         from neuron_torch.files import check_executable
 
         check_executable(os.environ["DOCKER"], "DOCKER")
+    before = None
+    if args.compare and not args.dry_run:  # read first: the build may move the tag compared with
+        from neuron_torch.build import docker_binary
+        from neuron_torch.packageset import package_set
+
+        before = package_set(docker_binary(), args.compare)
     build = plan_image_build(
         matrix,
         cell,
@@ -242,6 +248,7 @@ def cmd_build_image(args: argparse.Namespace, matrix: Matrix) -> int:
         target=args.target,
         no_cache=args.no_cache,
         dry_run=args.dry_run,
+        release=args.release,
     )
     print("DOCKER_BUILDKIT=1 " + " ".join(shlex.quote(word) for word in build.command), flush=True)
     if args.dry_run:
@@ -251,6 +258,14 @@ def cmd_build_image(args: argparse.Namespace, matrix: Matrix) -> int:
         print(f"neuron-torch: error: the image build of {cell.id} failed (docker exit {status})", file=sys.stderr)
         return EXIT_FAILED
     print(f"built {', '.join(build.tags)}")
+    if before is not None:
+        from neuron_torch.packageset import check_same, differences, package_set
+
+        after = package_set(build.command[0], build.tags[0])
+        changed = differences(before, after)
+        for line in changed:
+            print(f"differs from {args.compare}: {line}")
+        print(check_same(changed, after, args.compare, build.tags[0]))
     return EXIT_OK
 
 
@@ -265,7 +280,9 @@ def cmd_publish_image(args: argparse.Namespace, matrix: Matrix) -> int:
     )  # fmt: skip
     for tag in [publication.immutable_tag, *publication.moving_tags]:
         print(f"pushed {publication.repository}:{tag}")
-    print(f"digest {publication.digest}\nreference {publication.reference}\nrecord {relative(record, matrix)}")
+    print(f"digest {publication.digest}\nreference {publication.reference}")
+    print(f"sboms {publication.sboms['reference']} (digest {publication.sboms['digest']})")
+    print(f"record {relative(record, matrix)}")
     return EXIT_OK
 
 
@@ -279,6 +296,7 @@ def cmd_verify_image(args: argparse.Namespace) -> int:
     else:
         pip, apt = verified.packages["pip"], verified.packages["apt"]
         print(f"bill of materials: {verified.bom}, its SBOMs list the image's {pip} pip and {apt} apt packages")
+        print(f"SBOMs beside it: {verified.sboms}, the image's own")
     return EXIT_OK
 
 

@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
+from neuron_torch.baseimage import mirrored
 from neuron_torch.buildargs import DOCKER_REFERENCE
 from neuron_torch.choices import MIRROR_ENV_VAR
 from neuron_torch.errors import NeuronTorchError
@@ -199,8 +200,7 @@ def apply_mirror(matrix: Matrix, mirror: Mirror | None) -> Matrix:
         install_mirror=mirror.python_install_mirror or matrix.python_install.install_mirror,
     )
     systems = {
-        key: replace(system, base_image=mirror.images.get(system.base_image, system.base_image))
-        for key, system in matrix.os.items()
+        key: replace(system, base_image=mirrored(system.base_image, mirror.images)) for key, system in matrix.os.items()
     }
     cells = tuple(replace(cell, os=systems[cell.os.id]) for cell in matrix.cells)
     return replace(matrix, apt=apt, indexes=indexes, python_install=python_install, os=systems, cells=cells)

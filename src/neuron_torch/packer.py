@@ -108,7 +108,7 @@ IDENTITY = (
 def release_vars(matrix: Matrix, lock_path: Path | None) -> list[str]:
     """The commit and the lock's sha256 the AMI is tagged with (`unknown` outside a git checkout, `none` for a dry
     run of a cell without a lock)."""
-    from neuron_torch.publish import git_revision
+    from neuron_torch.gitrev import git_revision
 
     try:
         revision = git_revision(matrix.root, allow_dirty=True)

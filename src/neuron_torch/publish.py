@@ -8,12 +8,13 @@ The push is skopeo's, from the Docker engine the image was built in (`docker-dae
 (`docker login`, $DOCKER_CONFIG/config.json) and Docker's CA trust (/etc/docker/certs.d/HOST/ca.crt, which skopeo
 reads too); it writes gzip at level 1, which every client pulls, several times faster than `docker push`. Each
 problem is one line naming the fix: no such cell, image not built (or built for another release or cell), a registry
-named without a host, registry unreachable, TLS untrusted, credentials refused.
+named without a host, registry unreachable, TLS untrusted, credentials refused. An image built on a base not pinned
+by digest is refused before anything is pushed. After the image, its SBOMs are pushed beside it as an OCI artifact
+(neuron_torch.sbomartifact: tag `sha256-<digest>.sbom`), signed like its tags, and recorded with their digests.
 """
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import re
@@ -24,17 +25,23 @@ import tempfile
 from dataclasses import asdict, dataclass
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 from neuron_cell.boundary import quote
+from neuron_torch.baseimage import PIN_HOW, split
+from neuron_torch.bom import BOM_DIR, parse_sums, read_file, read_sums
 from neuron_torch.bom import LABEL as BOM_LABEL
 from neuron_torch.build import IMAGE, docker_binary
 from neuron_torch.buildargs import DOCKER_TAG
 from neuron_torch.errors import EXIT_FAILED, NeuronTorchError
 from neuron_torch.files import check_output_file, replace_text
+from neuron_torch.gitrev import git_revision
 from neuron_torch.matrix import Cell, Matrix
+from neuron_torch.sbomartifact import SBOM_FILES, sbom_tag, sha256, write_layout
 
 RECORD_SCHEMA = 1
-REVISION_DIGITS = 12
+BASE_NAME_LABEL = "org.opencontainers.image.base.name"
+BASE_DIGEST_LABEL = "org.opencontainers.image.base.digest"
 _HOST = re.compile(r"(?:[a-zA-Z0-9](?:[a-zA-Z0-9-]*[a-zA-Z0-9])?)(?:\.[a-zA-Z0-9-]+)*(?::[0-9]{1,5})?")
 # skopeo's words for each failure (containers/image's and the registry's, distribution's error codes among them).
 _AUTH = ("unauthorized", "authentication required", "no basic auth credentials", "denied", "403 forbidden")
@@ -53,6 +60,9 @@ class Publication:
     image: str
     image_id: str
     bom: str | None
+    sboms: dict[str, Any]  # the SBOMs pushed beside the image: reference, digest, each file's digest
+    base_image: str
+    base_digest: str
     signed_by: str | None
     repository: str
     digest: str
@@ -82,36 +92,15 @@ def registry_repository(value: str) -> str:
     return repository
 
 
-def git_revision(root: Path, allow_dirty: bool) -> str:
-    """The checkout's commit (REVISION_DIGITS hex digits), `-dirty` appended only when allowed and edited."""
-
-    def git(*args: str) -> subprocess.CompletedProcess[str]:
-        return subprocess.run(["git", "-C", str(root), *args], capture_output=True, text=True, check=False)
-
-    head = git("rev-parse", f"--short={REVISION_DIGITS}", "HEAD")
-    if head.returncode != 0:
-        raise NeuronTorchError(
-            f"{root} is not a git checkout with a commit: an immutable tag names the commit an image was built from; "
-            "publish from the neuron-torch checkout (--project DIR)"
-        )
-    edited = [line for line in git("status", "--porcelain", "--untracked-files=no").stdout.splitlines() if line]
-    if edited and not allow_dirty:
-        raise NeuronTorchError(
-            f"{root} has {len(edited)} uncommitted change(s) (e.g. {edited[0][3:]}): an immutable tag names a commit; "
-            "commit or stash them and rebuild, or pass --allow-dirty to tag <sha>-dirty"
-        )
-    return head.stdout.strip() + ("-dirty" if edited else "")
-
-
 def release_tags(matrix: Matrix, cell: Cell, revision: str) -> tuple[str, list[str]]:
     """(the immutable tag, the moving tags) of a cell's image."""
     moving = [cell.id] + (["latest"] if cell.id == matrix.release.default_cell else [])
     return f"{matrix.release.name}-{cell.id}-{revision}", moving
 
 
-def local_image(docker: str, matrix: Matrix, cell: Cell) -> tuple[str, str | None]:
-    """The built image's id and its bill of materials' label (neuron_torch.bom); refused when there is no image, or
-    it is another release's or cell's image."""
+def local_image(docker: str, matrix: Matrix, cell: Cell) -> tuple[str, dict[str, str]]:
+    """The built image's id and its labels; refused when there is no image, or it is another release's or cell's
+    image."""
     tag = f"{IMAGE}:{cell.id}"
     inspected = subprocess.run(
         [docker, "image", "inspect", "--format", "{{.Id}} {{json .Config.Labels}}", tag],
@@ -130,7 +119,20 @@ def local_image(docker: str, matrix: Matrix, cell: Cell) -> tuple[str, str | Non
             f"{tag} was built for release {built[0]}, cell {built[1]}, not {matrix.release.name}, {cell.id}: "
             f"rebuild it with {build}"
         )
-    return image_id, labels.get(BOM_LABEL)
+    return image_id, labels
+
+
+def pinned_base(tag: str, cell: Cell, labels: dict[str, str]) -> tuple[str, str]:
+    """The release gate on the base: (the base as the release named it, the digest the build was on); refused (exit
+    2, before any push) when the image was built on a base not pinned by digest."""
+    reference, digest = labels.get(BASE_NAME_LABEL, ""), labels.get(BASE_DIGEST_LABEL, "")
+    if split(reference)[1] is None or split(reference)[1] != digest:
+        raise NeuronTorchError(
+            f"{tag} was built on the base image {quote(reference or '(not recorded)')}, not pinned by digest: a "
+            f"release image names the base it was built on by digest. Pin it: {PIN_HOW}. Then rebuild with "
+            f"`neuron-torch build image --cell {cell.id} --release` and publish"
+        )
+    return reference, digest
 
 
 def check_reachable(repository: str, timeout: float = 10) -> None:
@@ -193,9 +195,8 @@ def auth_options() -> list[str]:
     return ["--authfile", str(auth)] if auth else []
 
 
-def published(skopeo: str, reference: str) -> tuple[str, str] | None:
-    """(its config digest, i.e. the image id; its manifest digest) of the image a tag names already; None when the
-    registry has no such tag. Asked before any layer is read, so a refused login or an untrusted CA is named at once."""
+def raw_manifest(skopeo: str, reference: str) -> bytes | None:
+    """The manifest a reference names, as the registry serves it; None when the registry has no such tag."""
     result = subprocess.run([skopeo, "inspect", "--raw", *auth_options(), f"docker://{reference}"],
                             capture_output=True, check=False, timeout=120)  # fmt: skip
     if result.returncode != 0:
@@ -203,12 +204,21 @@ def published(skopeo: str, reference: str) -> tuple[str, str] | None:
         if "manifest unknown" in error.lower():
             return None
         raise push_failure(reference.split("/", 1)[0], error)
+    return result.stdout
+
+
+def published(skopeo: str, reference: str) -> tuple[str, str] | None:
+    """(its config digest, i.e. the image id; its manifest digest) of the image a tag names already; None when the
+    registry has no such tag. Asked before any layer is read, so a refused login or an untrusted CA is named at once."""
+    manifest = raw_manifest(skopeo, reference)
+    if manifest is None:
+        return None
     try:
-        config: str = json.loads(result.stdout)["config"]["digest"]
+        config: str = json.loads(manifest)["config"]["digest"]
     except (ValueError, KeyError, TypeError):
-        message = f"{reference} names no single image manifest: {result.stdout[:200]!r}"
+        message = f"{reference} names no single image manifest: {manifest[:200]!r}"
         raise NeuronTorchError(message, EXIT_FAILED) from None
-    return config, "sha256:" + hashlib.sha256(result.stdout).hexdigest()
+    return config, sha256(manifest)
 
 
 def copy(skopeo: str, source: str, destination: str, *options: str) -> str:
@@ -255,6 +265,34 @@ def push(
     return digest
 
 
+def read_sboms(docker: str, image: str) -> dict[str, bytes]:
+    """The image's SBOMs, each checked to be the file its SHA256SUMS names."""
+    sums = parse_sums(read_sums(docker, image))
+    files = {name: read_file(docker, image, f"{BOM_DIR}/{name}") for name in SBOM_FILES}
+    for name, content in files.items():
+        if sha256(content) != f"sha256:{sums.get(name)}":
+            raise NeuronTorchError(f"{image}: {BOM_DIR}/{name} is not the file its SHA256SUMS names", EXIT_FAILED)
+    return files
+
+
+def push_sboms(repository: str, digest: str, files: dict[str, bytes], signing: tuple[str, ...]) -> dict[str, Any]:
+    """Push the SBOMs beside the image `repository@digest` (neuron_torch.sbomartifact), signed as its tags are;
+    what the record keeps of them."""
+    skopeo = skopeo_binary()
+    subject = raw_manifest(skopeo, f"{repository}@{digest}")
+    if subject is None or sha256(subject) != digest:
+        raise NeuronTorchError(f"{repository}@{digest} is not in the registry after its push", EXIT_FAILED)
+    target = f"{repository}:{sbom_tag(digest)}"
+    with tempfile.TemporaryDirectory(prefix="neuron-torch-sbom-") as folder:
+        write_layout(Path(folder), files, subject)
+        pushed = copy(skopeo, f"dir:{folder}", f"docker://{target}", "--preserve-digests", *signing)
+    return {
+        "reference": target,
+        "digest": pushed,
+        "files": {name: sha256(content) for name, content in files.items()},
+    }
+
+
 def default_record(matrix: Matrix, immutable_tag: str) -> Path:
     return matrix.root / "build" / "publish" / f"{immutable_tag}.json"
 
@@ -292,10 +330,13 @@ def publish_image(
     path = record or default_record(matrix, immutable)
     check_output_file(path, "--record")
     docker = docker_binary()
-    image_id, bom = local_image(docker, matrix, cell)
-    check_reachable(repository)
     source = f"{IMAGE}:{cell.id}"
+    image_id, labels = local_image(docker, matrix, cell)
+    base, base_digest = pinned_base(source, cell, labels)
+    sboms = read_sboms(docker, source)
+    check_reachable(repository)
     digest = push(source, image_id, repository, immutable, moving, signing)
+    pushed_sboms = push_sboms(repository, digest, sboms, signing)
     publication = Publication(
         schema=RECORD_SCHEMA,
         cell=cell.id,
@@ -303,7 +344,10 @@ def publish_image(
         revision=revision,
         image=source,
         image_id=image_id,
-        bom=bom,
+        bom=labels.get(BOM_LABEL),
+        sboms=pushed_sboms,
+        base_image=base,
+        base_digest=base_digest,
         signed_by=sign_by,
         repository=repository,
         digest=digest,

@@ -6,7 +6,8 @@ the policy: a missing signature, a key the policy does not accept, or a signatur
 tag) stops it before any layer is read. A digest in REF is checked against the manifest; every blob is checked
 against its digest on the way. Then the bill of materials: the label io.neuron-torch.bom is the digest of
 /etc/neuron-torch/bom/SHA256SUMS in the layers, which names each file's, and the SBOMs list exactly the pip
-distributions (the venv's .dist-info) and the Debian packages (dpkg's status) the layers hold.
+distributions (the venv's .dist-info) and the Debian packages (dpkg's status) the layers hold. Last, the SBOMs pushed
+beside the image (neuron_torch.sbomartifact) are pulled under the same policy and must be those same files.
 """
 
 from __future__ import annotations
@@ -20,11 +21,12 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from neuron_cell.locktext import canonical
-from neuron_torch.bom import BOM_DIR
+from neuron_torch.bom import BOM_DIR, parse_sums
 from neuron_torch.bom import LABEL as BOM_LABEL
 from neuron_torch.errors import EXIT_FAILED, NeuronTorchError
 from neuron_torch.files import read_json
 from neuron_torch.publish import auth_options, last_line, push_failure, skopeo_binary
+from neuron_torch.sbomartifact import check_artifact, repository_of, sbom_tag, sha256
 
 # containers/image's words when the policy refuses an image (every refusal starts with the first).
 _REFUSED = ("source image rejected", "rejected by policy")
@@ -35,6 +37,22 @@ class Verified:
     digest: str
     bom: str | None
     packages: dict[str, int] | None = None  # the pip and apt packages the SBOMs were checked against
+    sboms: str | None = None  # the SBOMs pushed beside the image, checked to be its own
+
+
+def pull(skopeo: str, options: list[str], reference: str, folder: Path, policy: Path, what: str) -> bytes:
+    """`skopeo copy` of `reference` into `folder` under the policy (every blob checked against its digest); the
+    manifest. `what` the reference is, for the message when the registry has no such tag."""
+    command = [skopeo, "copy", "--quiet", *options, *auth_options(), f"docker://{reference}", f"dir:{folder}"]
+    result = subprocess.run(command, capture_output=True, text=True, check=False)
+    output = result.stdout + result.stderr
+    if result.returncode != 0:
+        if any(word in output.lower() for word in _REFUSED):
+            raise NeuronTorchError(f"{reference} is refused by {policy}: {last_line(output)}", EXIT_FAILED)
+        if "manifest unknown" in output.lower():
+            raise NeuronTorchError(f"{what} {reference} is not in the registry (manifest unknown)", EXIT_FAILED)
+        raise push_failure(reference.split("/", 1)[0], output)
+    return (folder / "manifest.json").read_bytes()
 
 
 def verify_image(reference: str, policy: Path, registries_d: Path | None = None) -> Verified:
@@ -44,15 +62,8 @@ def verify_image(reference: str, policy: Path, registries_d: Path | None = None)
     skopeo = skopeo_binary()
     options = ["--policy", str(policy), *(["--registries.d", str(registries_d)] if registries_d else [])]
     with tempfile.TemporaryDirectory(prefix="neuron-torch-verify-") as folder:
-        command = [skopeo, "copy", "--quiet", *options, *auth_options(), f"docker://{reference}", f"dir:{folder}"]
-        result = subprocess.run(command, capture_output=True, text=True, check=False)
-        output = result.stdout + result.stderr
-        if result.returncode != 0:
-            if any(word in output.lower() for word in _REFUSED):
-                raise NeuronTorchError(f"{reference} is refused by {policy}: {last_line(output)}", EXIT_FAILED)
-            raise push_failure(reference.split("/", 1)[0], output)
-        manifest = (Path(folder) / "manifest.json").read_bytes()
-        digest = "sha256:" + hashlib.sha256(manifest).hexdigest()
+        manifest = pull(skopeo, options, reference, Path(folder), policy, "the image")
+        digest = sha256(manifest)
         if "@" in reference and not reference.endswith(f"@{digest}"):  # skopeo checks it too; said plainly here
             raise NeuronTorchError(f"{reference} pulled a manifest of digest {digest}", EXIT_FAILED)
         layout = json.loads(manifest)
@@ -62,8 +73,15 @@ def verify_image(reference: str, policy: Path, registries_d: Path | None = None)
         if bom is None:
             return Verified(digest=digest, bom=None)
         layers = [Path(folder) / layer["digest"].removeprefix("sha256:") for layer in layout["layers"]]
-        counts = check_bom(bom, image_files(layers))
-    return Verified(digest=digest, bom=bom, packages=counts)
+        files = image_files(layers)
+        counts = check_bom(bom, files)
+    # The SBOMs pushed beside it, pulled under the same policy (signed where the image must be): the image's own.
+    sums = parse_sums(files[f"{BOM_DIR.lstrip('/')}/SHA256SUMS"].decode())
+    target = f"{repository_of(reference)}:{sbom_tag(digest)}"
+    with tempfile.TemporaryDirectory(prefix="neuron-torch-verify-sbom-") as folder:
+        sboms = pull(skopeo, options, target, Path(folder), policy, "no SBOMs were pushed beside the image:")
+        check_artifact(Path(folder), digest, sums)
+    return Verified(digest=digest, bom=bom, packages=counts, sboms=f"{repository_of(reference)}@{sha256(sboms)}")
 
 
 def _wanted(path: str) -> bool:

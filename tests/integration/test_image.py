@@ -63,7 +63,8 @@ def test_every_real_cell_renders_consistent_build_args(matrix: Matrix) -> None:
         assert f"torch=={cell.family.torch_pin}" in pins and "+cpu" in cell.family.torch_pin
         assert f"torch-neuronx=={cell.family.torch_neuronx}" in pins
         assert all(f"{name}=={version}" in pins for name, version in cell.packages.items())
-        assert set(rendered) | {"CELL_DIR"} == dockerfile_args(), "the Dockerfile's ARGs and the renderer disagree"
+        own = {"CELL_DIR", "REVISION"}  # the build's own: its staged folder and its commit
+        assert set(rendered) | own == dockerfile_args(), "the Dockerfile's ARGs and the renderer disagree"
 
 
 def test_dockerfile_is_hadolint_clean() -> None:
@@ -119,7 +120,8 @@ def test_dry_run_tags_the_default_cell_latest(capsys: pytest.CaptureFixture[str]
 class BuiltImage:
     tag: str
     stage_dir: Path
-    matrix: Matrix
+    matrix: Matrix  # the test release as served
+    mirror: Path  # the mirror settings it was built with: its base pinned by digest, as a release build's
 
 
 def served_testbed_matrix() -> Matrix:
@@ -135,13 +137,25 @@ def served_testbed_matrix() -> Matrix:
     return built_testbed().matrix
 
 
+def pinned_base_mirror(matrix: Matrix, folder: Path) -> Path:
+    """Mirror settings whose [images] pin the test cell's base by its digest: the test bed's bases are local-only
+    (`docker import`), so the digest is the image id Docker reads locally."""
+    base = matrix.cell(CELL).os.base_image
+    digest = docker("image", "inspect", "--format", "{{.Id}}", base).stdout.strip()
+    path = folder / "pinned-base.toml"
+    path.write_text(f'[images]\n"{base}" = "{base}@{digest}"\n')
+    return path
+
+
 @pytest.fixture(scope="session")
-def image() -> BuiltImage:
+def image(tmp_path_factory: pytest.TempPathFactory) -> BuiltImage:
     require_docker()
     matrix = served_testbed_matrix()
-    build = plan_image_build(matrix, matrix.cell(CELL), tags=(TAG,), network="host")
+    mirror = pinned_base_mirror(matrix, tmp_path_factory.mktemp("image"))
+    pinned = apply_mirror(matrix, load_mirror(mirror))
+    build = plan_image_build(pinned, pinned.cell(CELL), tags=(TAG,), network="host", release=True)
     assert run_image_build(build) == 0, "the test cell's image did not build (see the docker output above)"
-    return BuiltImage(tag=TAG, stage_dir=build.stage_dir, matrix=matrix)
+    return BuiltImage(tag=TAG, stage_dir=build.stage_dir, matrix=matrix, mirror=mirror)
 
 
 @pytest.fixture(scope="session")

@@ -18,7 +18,10 @@ from pathlib import Path
 
 import pytest
 
+from neuron_torch.bom import SUMS, parse_sums
 from neuron_torch.cli import main
+from neuron_torch.sbomartifact import SBOM_FILES, check_artifact, write_layout
+from tests.integration.test_bom import expected_revision
 from tests.integration.test_image import BuiltImage, image  # noqa: F401 (the session's image of the test cell)
 from tests.testbed import registry as testbed_registry
 from tests.testbed.harness import CELL, DOCKER, TEST_MATRIX, docker, require_docker
@@ -65,20 +68,16 @@ def publish(tmp_path: Path, config: Path, *extra: str) -> int:
         del os.environ["DOCKER_CONFIG"]
 
 
+def label_of(tag: str, label: str) -> str:
+    return docker("image", "inspect", "--format", f'{{{{index .Config.Labels "{label}"}}}}', tag).stdout.strip()
+
+
 def raw_manifest_digest(registry: testbed_registry.Registry, reference: str) -> str:
     out = subprocess.run(
         ["skopeo", "inspect", "--raw", "--creds", f"{registry.user}:{registry.password}", f"docker://{reference}"],
         capture_output=True, check=True, timeout=120,
     ).stdout  # fmt: skip
     return "sha256:" + hashlib.sha256(out).hexdigest()
-
-
-def expected_revision() -> str:
-    def git(*args: str) -> str:
-        return subprocess.run(["git", *args], capture_output=True, text=True, check=True, cwd=TEST_MATRIX.parent).stdout
-
-    dirty = bool(git("status", "--porcelain", "--untracked-files=no").strip())
-    return git("rev-parse", "--short=12", "HEAD").strip() + ("-dirty" if dirty else "")
 
 
 def test_publish_pushes_the_tags_and_the_digest_pulls_back_the_same_image(
@@ -93,15 +92,26 @@ def test_publish_pushes_the_tags_and_the_digest_pulls_back_the_same_image(
     out = capsys.readouterr().out
     record = json.loads(record_path.read_text())
     repository = f"{registry.host}/{PATH}/neuron-torch"
-    immutable = f"{image.matrix.release.name}-{CELL}-{expected_revision()}"
+    immutable = f"{image.matrix.release.name}-{CELL}-{expected_revision(12)}"
     assert record["repository"] == repository and record["immutable_tag"] == immutable
     assert record["moving_tags"] == [CELL, "latest"], "the test release's default cell also moves latest"
-    label = docker("image", "inspect", "--format", '{{index .Config.Labels "io.neuron-torch.bom"}}', image.tag)
-    assert record["bom"] == label.stdout.strip() and record["bom"].startswith("sha256:")
+    assert record["bom"] == label_of(image.tag, "io.neuron-torch.bom") and record["bom"].startswith("sha256:")
     digest = record["digest"]
     assert f"digest {digest}" in out and f"pushed {repository}:{immutable}" in out
     for tag in (immutable, CELL, "latest"):
         assert raw_manifest_digest(registry, f"{repository}:{tag}") == digest, tag
+    assert record["base_digest"] == label_of(image.tag, "org.opencontainers.image.base.digest")
+    assert record["base_image"].endswith(f"@{record['base_digest']}"), "published only on a pinned base"
+
+    # The SBOMs beside it: the recorded artifact, for this digest, each the file the image's SHA256SUMS names.
+    sboms = record["sboms"]
+    assert sboms["reference"] == f"{repository}:sha256-{digest.removeprefix('sha256:')}.sbom"
+    assert raw_manifest_digest(registry, sboms["reference"]) == sboms["digest"] and f"sboms {sboms['reference']}" in out
+    artifact = tmp_path / "sboms"
+    subprocess.run(["skopeo", "copy", "--quiet", "--src-creds", f"{registry.user}:{registry.password}",
+                    f"docker://{sboms['reference']}", f"dir:{artifact}"], check=True, timeout=120)  # fmt: skip
+    sums = docker("run", "--rm", "--network", "none", "--entrypoint", "cat", image.tag, SUMS).stdout
+    assert check_artifact(artifact, digest, parse_sums(sums)) == sboms["files"]
 
     # Published again: the immutable tag is kept (no layer is read), the moving tags point at it again.
     again = tmp_path / "again.json"
@@ -198,9 +208,22 @@ def test_signed_tags_verify_and_a_wrong_key_an_unsigned_image_and_a_moved_tag_ar
         assert main([*verify, str(good), f"{repository}@{digest}"]) == 0
         out = capsys.readouterr().out
         assert f"digest {digest}" in out and f"bill of materials: {published['bom']}, its SBOMs list the image's" in out
+        assert f"SBOMs beside it: {repository}@{published['sboms']['digest']}, the image's own" in out
+
+        # SBOMs replaced beside the signed image (any bytes, unsigned) are refused before they are read.
+        creds = f"{registry.user}:{registry.password}"
+        subject = subprocess.run(["skopeo", "inspect", "--raw", "--creds", creds, f"docker://{repository}@{digest}"],
+                                 capture_output=True, check=True).stdout  # fmt: skip
+        tampered = tmp_path / "tampered"
+        tampered.mkdir()
+        write_layout(tampered, dict.fromkeys(SBOM_FILES, b'{"components": []}\n'), subject)
+        subprocess.run(["skopeo", "copy", "--quiet", "--dest-creds", creds, "--preserve-digests", f"dir:{tampered}",
+                        f"docker://{published['sboms']['reference']}"], check=True)  # fmt: skip
+        assert main([*verify, str(good), f"{repository}@{digest}"]) == 1
+        error = capsys.readouterr().err
+        assert f"{published['sboms']['reference']} is refused by {good}: " in error, error
 
         # A moved tag (the same manifest under a tag nobody signed) and an unsigned image are refused, quickly.
-        creds = f"{registry.user}:{registry.password}"
         for target in (f"{repository}:moved", f"{registry.host}/unsigned/neuron-torch:{CELL}"):
             subprocess.run(["skopeo", "copy", "--quiet", "--src-creds", creds, "--dest-creds", creds,
                             f"docker://{repository}@{digest}", f"docker://{target}"], check=True)  # fmt: skip

@@ -84,7 +84,15 @@ def test_version_info_holds_the_cells_pins(written: tuple[Path, str]) -> None:
     assert info["pinned"]["pip"]["torch"] == record["torch"] and info["pinned"]["apt"] == record["apt"]
     assert info["pinned"]["apt_host"] == record["apt_host"]
     # This machine has no Neuron packages: none is claimed (an image lists runtime, collectives and tools).
-    assert info["neuron"] == {} and "kernel" not in info
+    assert info["neuron"] == {} and "kernel" not in info and "base_image" not in info, "no base given: none claimed"
+
+
+def test_an_image_records_its_base_and_the_digest_it_was_built_on(tmp_path: Path) -> None:
+    digest = "sha256:" + "c" * 64
+    argv = ["--out", str(tmp_path), "--cell-record", str(CELL_RECORD), "--lock", str(tmp_path / "no-lock.txt")]
+    assert sbom.main([*argv, "--base-image", f"ubuntu:26.04@{digest}", "--base-digest", digest]) == 0
+    info = json.loads((tmp_path / "version-info.json").read_text())
+    assert info["base_image"] == {"reference": f"ubuntu:26.04@{digest}", "digest": digest}
 
 
 def test_the_same_install_writes_the_same_bytes_and_the_digest_names_them(

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from neuron_torch.bom import LABEL, SUMS, label_image
+from neuron_torch.bom import LABEL, SUMS, label_image, parse_sums
 from neuron_torch.errors import NeuronTorchError
 
 SUMS_TEXT = f"{'a' * 64}  version-info.json\n"
@@ -47,3 +47,10 @@ def test_an_image_without_a_bill_of_materials_is_named(docker: Path, monkeypatch
     with pytest.raises(NeuronTorchError, match=f"neuron-torch:c holds no {SUMS}") as error:
         label_image(str(docker), ["neuron-torch:c"])
     assert error.value.exit_code == 1
+
+
+def test_sha256sums_parse_as_names_to_digests() -> None:
+    assert parse_sums(f"{'a' * 64}  version-info.json\n{'b' * 64}  sbom-apt.cdx.json\n") == {
+        "version-info.json": "a" * 64,
+        "sbom-apt.cdx.json": "b" * 64,
+    }

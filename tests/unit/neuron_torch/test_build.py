@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from neuron_torch.baseimage import Base
 from neuron_torch.build import (
     IMAGE,
     ImageBuild,
@@ -23,6 +24,7 @@ from neuron_torch.build import (
     run_image_build,
     serves_on_loopback,
     stage,
+    with_base,
 )
 from neuron_torch.buildargs import build_args
 from neuron_torch.cellinfo import cell_record
@@ -124,7 +126,8 @@ def test_the_planned_command_for_a_dry_run(release: Matrix, tmp_path: Path) -> N
     args = dict(command[i + 1].split("=", 1) for i, word in enumerate(command) if word == "--build-arg")
     stage_dir, record = stage(release, cell, lock, write=False)
     assert build.stage_dir == stage_dir
-    assert args == {**build_args(release, record), "CELL_DIR": stage_dir.relative_to(release.root).as_posix()}
+    cell_dir = stage_dir.relative_to(release.root).as_posix()
+    assert args == {**build_args(release, record), "CELL_DIR": cell_dir, "REVISION": ""}, "no checkout: no revision"
     assert not {"--network", "--secret", "--target", "--no-cache"} & set(command)
 
 
@@ -169,7 +172,7 @@ def test_a_bad_tag_is_refused_before_staging(release: Matrix, tmp_path: Path, ta
 
 def test_running_without_docker_names_the_install(tmp_path: Path) -> None:
     missing = str(tmp_path / "no-docker")
-    build = ImageBuild(cell=None, tags=(), command=(missing, "build"), stage_dir=tmp_path)  # type: ignore[arg-type]
+    build = ImageBuild(cell=None, tags=(), command=(missing, "build"), stage_dir=tmp_path, base="b")  # type: ignore[arg-type]
     with pytest.raises(NeuronTorchError, match="no-docker not found: install docker"):
         run_image_build(build)
 
@@ -178,3 +181,14 @@ def test_a_target_without_a_dockerfile_is_one_clear_refusal(release_copy: Path) 
     matrix = load_matrix(release_copy / "constraints" / "matrix.toml")
     with pytest.raises(NeuronTorchError, match=r"no Dockerfile there: name a neuron-torch checkout with --project"):
         check_target(matrix, "runtime")
+
+
+def test_the_resolved_base_replaces_only_the_base_build_args() -> None:
+    pinned = "bed/base:1@sha256:" + "1" * 64
+    command = ("docker", "build", "--build-arg", f"BASE_IMAGE={pinned}", "--build-arg", f"BASE_REFERENCE={pinned}",
+               "--build-arg", "BASE_DIGEST=", "--tag", "BASE_IMAGE=x", ".")  # fmt: skip
+    base = Base(pinned, "bed/base:1", "sha256:" + "1" * 64)
+    assert with_base(command, base) == (
+        "docker", "build", "--build-arg", "BASE_IMAGE=bed/base:1", "--build-arg", f"BASE_REFERENCE={pinned}",
+        "--build-arg", f"BASE_DIGEST={base.digest}", "--tag", "BASE_IMAGE=x", ".",
+    )  # fmt: skip

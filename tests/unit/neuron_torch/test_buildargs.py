@@ -41,7 +41,10 @@ def test_the_record_decides_over_the_matrix(matrix: Matrix) -> None:
     record["apt"] = {"aws-neuronx-tools": "9.9.9"}
     record["locked"] = {"torch": cell.pins["torch"]}
     args = build_args(matrix, record)
-    assert args["BASE_IMAGE"] == "registry.example/ubuntu:26.04"
+    assert args["BASE_IMAGE"] == args["BASE_REFERENCE"] == "registry.example/ubuntu:26.04"
+    assert args["BASE_DIGEST"] == "", "an unpinned base: the digest is what the build resolves"
+    pinned = "registry.example/ubuntu:26.04@sha256:" + "e" * 64
+    assert build_args(matrix, {**record, "base_image": pinned})["BASE_DIGEST"] == "sha256:" + "e" * 64
     assert args["APT_PACKAGES"] == "aws-neuronx-tools=9.9.9*"
     assert "nki" not in args["PINS"] and f"torch=={cell.pins['torch']}" in args["PINS"].split()
 

@@ -18,26 +18,41 @@ import pytest
 from neuron_torch.cli import main
 from neuron_torch.errors import NeuronTorchError
 from neuron_torch.matrix import Matrix
-from neuron_torch.publish import git_revision, push_failure, registry_repository, release_tags, signing_options
+from neuron_torch.publish import push_failure, registry_repository, release_tags, signing_options
+from neuron_torch.sbomartifact import check_artifact
 
-DIGEST = "sha256:" + "ab" * 32
+# The image manifest the registry holds after the push (the fake skopeo's), and its digest.
+MANIFEST = json.dumps({"schemaVersion": 2, "config": {"digest": "sha256:1234"}})
+DIGEST = "sha256:" + hashlib.sha256(MANIFEST.encode()).hexdigest()
+SBOMS = {"sbom-venv.cdx.json": b'{"components": []}\n', "sbom-apt.cdx.json": b'{"components": [1]}\n'}
+SUMS = "".join(f"{hashlib.sha256(data).hexdigest()}  {name}\n" for name, data in SBOMS.items())
+BASE_DIGEST = "sha256:" + "ba" * 32
+# docker image inspect ... neuron-torch:CELL | docker run ... --entrypoint cat IMAGE /etc/neuron-torch/bom/FILE
 FAKE_DOCKER = """#!/bin/sh
 [ "$FAKE_IMAGE" = none ] && { echo "Error: No such image: $5" >&2; exit 1; }
+if [ "$1" = run ]; then for last; do :; done; exec cat "$FAKE_BOM/${last##*/}"; fi
 labels="\\"io.neuron-torch.release\\":\\"$FAKE_RELEASE\\",\\"io.neuron-torch.cell\\":\\"$FAKE_CELL\\""
+base="\\"org.opencontainers.image.base.name\\":\\"$FAKE_BASE\\",\\"org.opencontainers.image.base.digest\\":\\"$FAKE_BASE_DIGEST\\""
+labels="$labels,$base"
 echo "sha256:1234 {$labels,\\"io.neuron-torch.bom\\":\\"sha256:b0\\"}"
 """
 # skopeo copy [options] --digestfile FILE [--authfile FILE] SOURCE DESTINATION
 FAKE_SKOPEO = """#!/usr/bin/env python3
-import os, sys
+import os, shutil, sys
 args = sys.argv[1:]
 if os.environ["FAKE_PUSH_ERROR"]:
     sys.exit(os.environ["FAKE_PUSH_ERROR"])
-if args[0] == "inspect":  # inspect --raw [--authfile FILE] docker://REF
+if args[0] == "inspect":  # inspect --raw [--authfile FILE] docker://REF: by digest, the pushed image's
+    if "@" in args[-1]:
+        print(os.environ["FAKE_PUBLISHED"] or os.environ["FAKE_MANIFEST"], end="")
+        sys.exit(0)
     if not os.environ["FAKE_PUBLISHED"]:
         sys.exit("reading manifest x: manifest unknown: manifest unknown")
     print(os.environ["FAKE_PUBLISHED"], end="")
     sys.exit(0)
 open(os.environ["FAKE_LOG"], "a").write(" ".join(args) + "\\n")
+if args[-2].startswith("dir:"):  # the SBOMs' artifact: kept for the test to read
+    shutil.copytree(args[-2].removeprefix("dir:"), os.environ["FAKE_SBOM_COPY"])
 open(args[args.index("--digestfile") + 1], "w").write(os.environ["FAKE_DIGEST"] + "\\n")
 """
 
@@ -93,24 +108,6 @@ def committed(test_release: Matrix) -> Matrix:
     return test_release
 
 
-def test_the_immutable_tag_names_the_commit_and_an_edited_checkout_is_refused(committed: Matrix) -> None:
-    root = committed.root
-    sha = git(root, "rev-parse", "HEAD")[:12]
-    assert git_revision(root, allow_dirty=False) == sha
-    (root / "untracked.txt").write_text("not part of any build\n")
-    assert git_revision(root, allow_dirty=False) == sha, "an untracked file is no edit"
-    with (root / "constraints" / "test-matrix.toml").open("a") as matrix_file:
-        matrix_file.write("# edited\n")
-    with pytest.raises(NeuronTorchError, match=r"1 uncommitted change.*constraints/test-matrix\.toml.*--allow-dirty"):
-        git_revision(root, allow_dirty=False)
-    assert git_revision(root, allow_dirty=True) == f"{sha}-dirty"
-
-
-def test_a_folder_without_a_commit_is_refused(tmp_path: Path) -> None:
-    with pytest.raises(NeuronTorchError, match="not a git checkout with a commit"):
-        git_revision(tmp_path, allow_dirty=True)
-
-
 @pytest.mark.parametrize(
     ("output", "fix"),
     [
@@ -147,9 +144,15 @@ def fake_docker(committed: Matrix, tmp_path: Path, monkeypatch: pytest.MonkeyPat
     monkeypatch.setenv("PATH", f"{tmp_path / 'bin'}{os.pathsep}{os.environ['PATH']}")
     log = tmp_path / "docker.log"
     cell = committed.release.default_cell
+    (tmp_path / "bom").mkdir()
+    for name, data in {**SBOMS, "SHA256SUMS": SUMS.encode()}.items():
+        (tmp_path / "bom" / name).write_bytes(data)
+    monkeypatch.setenv("FAKE_BOM", str(tmp_path / "bom"))
+    monkeypatch.setenv("FAKE_MANIFEST", MANIFEST)
+    monkeypatch.setenv("FAKE_SBOM_COPY", str(tmp_path / "sbom-artifact"))
     env = {"DOCKER": str(script), "FAKE_LOG": str(log), "FAKE_DIGEST": DIGEST, "FAKE_IMAGE": "built",
            "FAKE_RELEASE": committed.release.name, "FAKE_CELL": cell, "FAKE_PUSH_ERROR": "",
-           "FAKE_PUBLISHED": ""}  # fmt: skip
+           "FAKE_PUBLISHED": "", "FAKE_BASE": f"base:1@{BASE_DIGEST}", "FAKE_BASE_DIGEST": BASE_DIGEST}  # fmt: skip
     for name, value in env.items():
         monkeypatch.setenv(name, value)
     return log
@@ -170,16 +173,24 @@ def test_publish_pushes_the_immutable_tag_first_and_records_the_digest(
     repository = f"{listening}/ml/neuron-torch"
     immutable = f"{committed.release.name}-{cell}-{sha}"
     copies = [line.split()[-2:] for line in fake_docker.read_text().splitlines()]
-    assert copies == [
+    sbom_tag = f"{repository}:sha256-{DIGEST.removeprefix('sha256:')}.sbom"
+    assert copies[:3] == [
         [f"docker-daemon:neuron-torch:{cell}", f"docker://{repository}:{immutable}"],
         [f"docker://{repository}@{DIGEST}", f"docker://{repository}:{cell}"],
         [f"docker://{repository}@{DIGEST}", f"docker://{repository}:latest"],
     ], "the immutable tag first, from the engine; the moving tags point at its manifest"
+    assert copies[3][0].startswith("dir:") and copies[3][1] == f"docker://{sbom_tag}" and len(copies) == 4
+    assert "--preserve-digests" in fake_docker.read_text().splitlines()[3], "pushed as written, so it can be signed"
+    sums = {name: hashlib.sha256(data).hexdigest() for name, data in SBOMS.items()}
+    files = check_artifact(tmp_path / "sbom-artifact", DIGEST, sums)  # the image's own SBOMs, naming it
     data = json.loads(record.read_text())
     assert data["digest"] == DIGEST and data["reference"] == f"{repository}@{DIGEST}"
     assert data["image_id"] == "sha256:1234" and data["bom"] == "sha256:b0" and data["revision"] == sha
     assert data["moving_tags"] == [cell, "latest"]
-    assert f"digest {DIGEST}" in capsys.readouterr().out
+    assert (data["base_image"], data["base_digest"]) == (f"base:1@{BASE_DIGEST}", BASE_DIGEST)
+    assert data["sboms"] == {"reference": sbom_tag, "digest": DIGEST, "files": files}
+    out = capsys.readouterr().out
+    assert f"digest {DIGEST}" in out and f"sboms {sbom_tag} (digest {DIGEST})" in out
 
 
 @pytest.mark.parametrize(
@@ -188,6 +199,9 @@ def test_publish_pushes_the_immutable_tag_first_and_records_the_digest(
         (("FAKE_IMAGE", "none"), "no image neuron-torch:{cell} on this Docker engine: build it first with "
          "`neuron-torch --matrix {matrix} build image --cell {cell}`", 2),
         (("FAKE_RELEASE", "neuron-2.32.0"), "was built for release neuron-2.32.0", 2),
+        (("FAKE_BASE", "ubuntu:26.04"), "neuron-torch:{cell} was built on the base image 'ubuntu:26.04', not pinned "
+         "by digest: a release image names the base it was built on by digest. Pin it: base_image = ", 2),
+        (("FAKE_BASE_DIGEST", DIGEST), "was built on the base image 'base:1@sha256:baba", 2),
         (("FAKE_PUSH_ERROR", "unauthorized: authentication required"), "refused the credentials", 1),
     ],
 )  # fmt: skip
@@ -208,6 +222,7 @@ def test_publish_failures_are_one_line_and_write_nothing(
     error = capsys.readouterr().err.strip()
     assert message.format(cell=committed.release.default_cell, matrix=committed.path) in error
     assert len(error.splitlines()) == 1 and not record.exists()
+    assert not fake_docker.exists(), "nothing pushed"
 
 
 def test_an_immutable_tag_is_never_moved_and_a_second_publish_moves_only_the_moving_tags(
@@ -224,7 +239,8 @@ def test_an_immutable_tag_is_never_moved_and_a_second_publish_moves_only_the_mov
     monkeypatch.setenv("FAKE_DIGEST", digest)
     assert run_publish(committed, listening, tmp_path / "again.json") == 0
     sources = [line.split()[-2] for line in fake_docker.read_text().splitlines()]
-    assert sources == [f"docker://{listening}/neuron-torch@{digest}"] * 2, "no layer is read again"
+    assert sources[:2] == [f"docker://{listening}/neuron-torch@{digest}"] * 2, "no layer is read again"
+    assert sources[2].startswith("dir:") and len(sources) == 3, "the SBOMs pushed again (the same bytes)"
     assert json.loads((tmp_path / "again.json").read_text())["digest"] == digest
 
     monkeypatch.setenv("FAKE_PUBLISHED", manifest.replace("sha256:1234", "sha256:5678"))
@@ -256,3 +272,13 @@ def test_signing_takes_a_fingerprint_and_a_registries_d_folder(tmp_path: Path) -
         signing_options("release@example.com", None)
     with pytest.raises(NeuronTorchError, match=r"is not a folder of registries\.d YAML files"):
         signing_options(fingerprint, tmp_path / "none")
+
+
+def test_sboms_that_are_not_the_files_sha256sums_names_are_not_pushed(
+    committed: Matrix, fake_docker: Path, listening: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    (tmp_path / "bom" / "sbom-apt.cdx.json").write_bytes(b'{"components": [2]}\n')
+    assert run_publish(committed, listening, tmp_path / "record.json") == 1
+    error = capsys.readouterr().err
+    assert "/etc/neuron-torch/bom/sbom-apt.cdx.json is not the file its SHA256SUMS names" in error
+    assert not fake_docker.exists() and not (tmp_path / "record.json").exists(), "nothing pushed, nothing written"

@@ -1,6 +1,7 @@
 """neuron_torch.verify_image without a registry (a stand-in `skopeo` on PATH that "pulls" a prepared image): the
 policy file is read first, a refusal by the policy is one line naming the policy, and a pulled image gives its
-manifest digest, and its bill of materials is checked against the packages its layers hold (whiteouts applied).
+manifest digest, and its bill of materials is checked against the packages its layers hold (whiteouts applied); the
+SBOMs pushed beside it must be there and be the image's own.
 The real signatures and image are checked in tests/integration/test_publish.py."""
 
 from __future__ import annotations
@@ -15,13 +16,19 @@ from pathlib import Path
 import pytest
 
 from neuron_torch.errors import NeuronTorchError
+from neuron_torch.sbomartifact import SBOM_FILES, sha256, write_layout
 from neuron_torch.verify_image import verify_image
 
+# skopeo copy ... docker://REF dir:FOLDER: the image folder $IMAGE, or for the SBOMs' tag the artifact folder $SBOMS
+# (empty: the registry has no such tag).
 STAND_IN = """#!/usr/bin/env python3
 import os, shutil, sys
 if os.environ["REFUSE"]:
     sys.exit('time="x" level=fatal msg="Source image rejected: A signature was required, but no signature exists"')
-shutil.copytree(os.environ["IMAGE"], sys.argv[-1].removeprefix("dir:"), dirs_exist_ok=True)
+source = os.environ["SBOMS"] if sys.argv[-2].endswith(".sbom") else os.environ["IMAGE"]
+if not source:
+    sys.exit("reading manifest x.sbom in r.io/neuron-torch: manifest unknown: manifest unknown")
+shutil.copytree(source, sys.argv[-1].removeprefix("dir:"), dirs_exist_ok=True)
 """
 BOM = "etc/neuron-torch/bom"
 STATUS = (
@@ -46,7 +53,8 @@ def layer(files: dict[str, bytes]) -> bytes:
 
 
 def write_image(folder: Path, venv: list[tuple[str, str]], edit: bytes = b"") -> str:
-    """An image folder as `skopeo copy ... dir:` leaves it: two layers, the second whiting out a dist-info."""
+    """An image folder as `skopeo copy ... dir:` leaves it: two layers, the second whiting out a dist-info; and its
+    SBOMs' artifact folder beside it (`<folder>-sboms`)."""
     bom = {
         "sbom-venv.cdx.json": sbom(venv),
         "sbom-apt.cdx.json": sbom([("aws-neuronx-tools", "2.33"), ("bash", "5.2")]),
@@ -67,6 +75,9 @@ def write_image(folder: Path, venv: list[tuple[str, str]], edit: bytes = b"") ->
     digests = ["sha256:" + hashlib.sha256(blob).hexdigest() for blob in blobs]
     manifest = json.dumps({"config": {"digest": digests[0]}, "layers": [{"digest": d} for d in digests[1:]]})
     (folder / "manifest.json").write_text(manifest)
+    sboms = folder.with_name(f"{folder.name}-sboms")
+    sboms.mkdir()
+    write_layout(sboms, bom, manifest.encode())
     return "sha256:" + hashlib.sha256(manifest.encode()).hexdigest()
 
 
@@ -78,6 +89,7 @@ def policy(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     skopeo.chmod(0o755)
     monkeypatch.setenv("PATH", f"{tmp_path / 'bin'}{os.pathsep}{os.environ['PATH']}")
     monkeypatch.setenv("REFUSE", "")
+    monkeypatch.setenv("SBOMS", "")
     path = tmp_path / "policy.json"
     path.write_text('{"default": [{"type": "reject"}]}')
     return path
@@ -88,8 +100,11 @@ def test_a_pulled_image_gives_its_digest_and_its_checked_bill_of_materials(
 ) -> None:
     digest = write_image(tmp_path / "image", [("torch", "2.13.0+cpu")])
     monkeypatch.setenv("IMAGE", str(tmp_path / "image"))
+    monkeypatch.setenv("SBOMS", str(tmp_path / "image-sboms"))
     verified = verify_image(f"r.io/neuron-torch@{digest}", policy)
     assert verified.digest == digest and verified.packages == {"pip": 1, "apt": 2}
+    sboms = sha256((tmp_path / "image-sboms" / "manifest.json").read_bytes())
+    assert verified.sboms == f"r.io/neuron-torch@{sboms}"
     with pytest.raises(NeuronTorchError, match="pulled a manifest of digest"):
         verify_image(f"r.io/neuron-torch@sha256:{'0' * 64}", policy)
 
@@ -107,6 +122,7 @@ def test_a_bill_of_materials_that_is_not_the_images_is_refused(
 ) -> None:  # fmt: skip
     write_image(tmp_path / "image", venv, edit)
     monkeypatch.setenv("IMAGE", str(tmp_path / "image"))
+    monkeypatch.setenv("SBOMS", str(tmp_path / "image-sboms"))
     with pytest.raises(NeuronTorchError, match=problem) as error:
         verify_image("r.io/neuron-torch:c", policy)
     assert error.value.exit_code == 1
@@ -123,3 +139,25 @@ def test_a_missing_policy_is_a_usage_error(tmp_path: Path, policy: Path) -> None
     with pytest.raises(NeuronTorchError, match=r"pass --policy a containers-policy\.json") as error:
         verify_image("r.io/neuron-torch:c", tmp_path / "none.json")
     assert error.value.exit_code == 2
+
+
+def test_sboms_beside_the_image_must_be_there_and_be_its_own(
+    policy: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    digest = write_image(tmp_path / "image", [("torch", "2.13.0+cpu")])
+    monkeypatch.setenv("IMAGE", str(tmp_path / "image"))
+    with pytest.raises(NeuronTorchError, match=rf"no SBOMs were pushed beside the image: r.io/neuron-torch:sha256-"
+                       rf"{digest[7:]}.sbom is not in the registry"):  # fmt: skip
+        verify_image(f"r.io/neuron-torch@{digest}", policy)
+    (tmp_path / "other").mkdir()  # SBOMs of another image
+    write_layout(tmp_path / "other", dict.fromkeys(SBOM_FILES, b"{}"), b'{"schemaVersion": 2}')
+    monkeypatch.setenv("SBOMS", str(tmp_path / "other"))
+    with pytest.raises(NeuronTorchError, match=r"name another image as their subject"):
+        verify_image(f"r.io/neuron-torch@{digest}", policy)
+    (tmp_path / "edited").mkdir()  # for this image, but not the files its SHA256SUMS names
+    write_layout(
+        tmp_path / "edited", dict.fromkeys(SBOM_FILES, b"{}"), (tmp_path / "image" / "manifest.json").read_bytes()
+    )
+    monkeypatch.setenv("SBOMS", str(tmp_path / "edited"))
+    with pytest.raises(NeuronTorchError, match=r"sbom-venv.cdx.json is not the file the image's SHA256SUMS names"):
+        verify_image(f"r.io/neuron-torch@{digest}", policy)
