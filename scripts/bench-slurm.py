@@ -5,9 +5,12 @@
 health check under 10 s on the CPU twin; the 4-node job at most 1.5x one node). A job's time is from sbatch to the
 end scontrol reports (read every half second).
 
-Usage: scripts/bench-slurm.py [--repeat N]
+Usage: scripts/bench-slurm.py [--repeat N] [--cpus-per-node C]
 Needs root, Debian's slurm-wlm and munge, and fi_info (libfabric-bin). Prints numbers; it is not a pass/fail test.
-On 2 cores, 4 nodes share them: the ratio measures this machine's contention as much as the job.
+On 2 cores, 4 nodes share them: the ratio measures this machine's contention as much as the job. With
+--cpus-per-node C (cgroup v1: tests/testbed/cpuquota.py) each slurmd and all it starts gets C CPUs of its own, the
+same in the 1-node job as in the 4-node one, as cluster nodes have; with 4 x C at most the cores, the ratio measures
+what the cluster adds.
 """
 
 from __future__ import annotations
@@ -22,7 +25,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT), str(ROOT / "src"), str(ROOT / "smoke_tests")]
 
-from tests.testbed import slurm  # noqa: E402
+from tests.testbed import cpuquota, slurm  # noqa: E402
 
 
 def timed_job(cluster: slurm.Cluster, settings: dict[str, str], folder: Path, nodes: int, run: int) -> float:
@@ -40,8 +43,9 @@ def timed_job(cluster: slurm.Cluster, settings: dict[str, str], folder: Path, no
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--repeat", type=int, default=1, help="jobs of each size (1)")
+    p.add_argument("--cpus-per-node", type=float, help="each node's own CPU quota (e.g. 0.5 on 2 cores)")
     args = p.parse_args()
-    why_not = slurm.usable()
+    why_not = slurm.usable() or (args.cpus_per_node is not None and cpuquota.usable())
     if why_not:
         print(f"bench-slurm: error: {why_not}", file=sys.stderr)
         return 2
@@ -49,7 +53,7 @@ def main() -> int:
         folder = Path(tmp)
         settings = slurm.twin_settings(folder)
         start = time.monotonic()
-        with slurm.twin_cluster(folder / "cluster", 4, settings) as cluster:
+        with slurm.twin_cluster(folder / "cluster", 4, settings, args.cpus_per_node) as cluster:
             print(f"4 nodes up (slurmd ran each one's health check as it started): {time.monotonic() - start:.1f}s")
             for name in cluster.nodes:
                 start = time.monotonic()
@@ -58,7 +62,8 @@ def main() -> int:
             one = [timed_job(cluster, settings, folder, 1, r) for r in range(args.repeat)]
             four = [timed_job(cluster, settings, folder, 4, r) for r in range(args.repeat)]
     m1, m4 = statistics.median(one), statistics.median(four)
-    print(f"verify-cluster job, 1 node: {m1:.1f}s; 4 nodes: {m4:.1f}s; 4 nodes / 1 node: {m4 / m1:.2f}x")
+    own = f"; {args.cpus_per_node:g} CPU(s) per node" if args.cpus_per_node else ""
+    print(f"verify-cluster job, 1 node: {m1:.1f}s; 4 nodes: {m4:.1f}s; 4 nodes / 1 node: {m4 / m1:.2f}x{own}")
     return 0
 
 

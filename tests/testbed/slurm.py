@@ -33,6 +33,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from neuron_smoke.slurm_health import Node, parse_node
+from tests.testbed import cpuquota
 
 ROOT = Path(__file__).resolve().parents[2]
 HEALTHCHECK = ROOT / "scripts" / "slurm" / "neuron-healthcheck"
@@ -91,6 +92,7 @@ class Cluster:
     conf: Path
     pids: dict[str, int] = field(default_factory=dict)  # daemon name -> the unshare'd process (its namespaces)
     procs: list[subprocess.Popen[bytes]] = field(default_factory=list)
+    cpu_groups: list[Path] = field(default_factory=list)  # each slurmd's CPU quota group (benchmarks only)
 
     @property
     def env(self) -> dict[str, str]:
@@ -179,6 +181,8 @@ class Cluster:
             except subprocess.TimeoutExpired:
                 proc.kill()
                 proc.wait(timeout=5)
+        for group in self.cpu_groups:
+            cpuquota.remove(group)
 
 
 def _slurm_conf(
@@ -275,10 +279,13 @@ def cluster(
     nodes: int = 4,
     settings: Mapping[str, str] | None = None,
     etc_default: Mapping[str, str] | None = None,
+    cpus_per_node: float | None = None,
 ) -> Iterator[Cluster]:
     """A running cluster of NODES nodes (n1..nN, all idle) with the slurm.conf SETTINGS added, and ETC_DEFAULT's files
     in every node's /etc/default; stopped on exit. (Slurm gives a prolog and a health check an environment of its
-    own, not the daemons': a program's settings come from files, as on a real node.)"""
+    own, not the daemons': a program's settings come from files, as on a real node.) CPUS_PER_NODE (benchmarks):
+    each slurmd, and so every job step and health check it starts, limited to that many CPUs of its own
+    (tests/testbed/cpuquota.py)."""
     folder.mkdir(parents=True, exist_ok=True)
     for sub in ("log", "run", "state", "spool"):
         (folder / sub).mkdir()
@@ -306,9 +313,14 @@ def cluster(
             raise RuntimeError(f"slurmctld exited {ctld.returncode}:\n{run.logs()}")
         for name in names:  # one at a time: each runs the HealthCheckProgram as it starts (Slurm allows it 60 s)
             (folder / "spool" / name).mkdir()
+            join = None
+            if cpus_per_node is not None:
+                run.cpu_groups.append(cpuquota.make(f"slurmd-{name}", cpus_per_node))
+                join = cpuquota.joiner(run.cpu_groups[-1])
             proc = subprocess.Popen(
                 _namespaced(name, etc, ["slurmd", "-D", "-N", name]),
                 env=env,
+                preexec_fn=join,
                 stdout=(folder / "log" / f"slurmd-{name}.out").open("wb"),
                 stderr=subprocess.STDOUT,
             )
@@ -341,7 +353,9 @@ def twin_settings(folder: Path) -> dict[str, str]:
     }
 
 
-def twin_cluster(folder: Path, nodes: int, settings: Mapping[str, str]) -> AbstractContextManager[Cluster]:
+def twin_cluster(
+    folder: Path, nodes: int, settings: Mapping[str, str], cpus_per_node: float | None = None
+) -> AbstractContextManager[Cluster]:
     """A cluster whose HealthCheckProgram and Epilog are neuron-healthcheck (slurmd runs it as each node starts,
     and after each job), its settings in every node's /etc/default/neuron-healthcheck, and NEURON_TORCH_CLUSTER_DIR
     there the site's cluster check folder, FOLDER/CHECK_DIR: its Epilog drains the nodes a job there failed."""
@@ -352,7 +366,8 @@ def twin_cluster(folder: Path, nodes: int, settings: Mapping[str, str]) -> Abstr
         "Epilog": str(HEALTHCHECK),
     }
     own = {**settings, "NEURON_TORCH_CLUSTER_DIR": str(folder / CHECK_DIR)}
-    return cluster(folder, nodes, conf, {"neuron-healthcheck": "".join(f"{k}={v}\n" for k, v in own.items())})
+    etc_default = {"neuron-healthcheck": "".join(f"{k}={v}\n" for k, v in own.items())}
+    return cluster(folder, nodes, conf, etc_default, cpus_per_node)
 
 
 def run_healthcheck(running: Cluster, name: str) -> subprocess.CompletedProcess[str]:
