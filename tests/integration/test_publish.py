@@ -14,6 +14,7 @@ import subprocess
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -42,11 +43,17 @@ def registry(tmp_path_factory: pytest.TempPathFactory) -> Iterator[testbed_regis
         yield running
 
 
+@dataclass(frozen=True)
+class Login:
+    registry: testbed_registry.Registry
+    config: Path  # a DOCKER_CONFIG folder logged in to it
+
+
 @pytest.fixture(scope="module")
-def logged_in(registry: testbed_registry.Registry, tmp_path_factory: pytest.TempPathFactory) -> Path:
+def login(registry: testbed_registry.Registry, tmp_path_factory: pytest.TempPathFactory) -> Login:
     config = tmp_path_factory.mktemp("docker-config")
     registry.login(DOCKER, config)
-    return config
+    return Login(registry, config)
 
 
 def test_the_registry_is_as_strict_as_a_real_one(registry: testbed_registry.Registry) -> None:
@@ -82,11 +89,11 @@ def raw_manifest_digest(registry: testbed_registry.Registry, reference: str) -> 
 
 def test_publish_pushes_the_tags_and_the_digest_pulls_back_the_same_image(
     image: BuiltImage,  # noqa: F811
-    registry: testbed_registry.Registry,
-    logged_in: Path,
+    login: Login,
     tmp_path: Path,
     capsys: pytest.CaptureFixture[str],
 ) -> None:
+    registry, logged_in = login.registry, login.config
     record_path = tmp_path / "record.json"
     assert publish(tmp_path, logged_in, "--registry", f"{registry.host}/{PATH}", "--record", str(record_path)) == 0
     out = capsys.readouterr().out
@@ -178,12 +185,12 @@ def policy(path: Path, host: str, key: Path) -> Path:
 
 def test_signed_tags_verify_and_a_wrong_key_an_unsigned_image_and_a_moved_tag_are_refused(
     image: BuiltImage,  # noqa: F811
-    registry: testbed_registry.Registry,
-    logged_in: Path,
+    login: Login,
     tmp_path: Path,
     capsys: pytest.CaptureFixture[str],
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
+    registry, logged_in = login.registry, login.config
     fingerprint, public = make_key(tmp_path / "gnupg", "release")
     _, other = make_key(tmp_path / "other-gnupg", "other")
     monkeypatch.setenv("GNUPGHOME", str(tmp_path / "gnupg"))

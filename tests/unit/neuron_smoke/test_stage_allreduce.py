@@ -4,6 +4,7 @@ bandwidth table."""
 from __future__ import annotations
 
 import socket
+from dataclasses import dataclass
 
 import pytest
 import torch
@@ -64,9 +65,9 @@ class Work:
         return True
 
 
+@dataclass
 class Group:
-    def __init__(self) -> None:
-        self.aborted = 0
+    aborted: int = 0  # how many times abort() was called
 
     def abort(self) -> None:
         self.aborted += 1

@@ -11,6 +11,7 @@ import os
 import socket
 import subprocess
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -158,6 +159,18 @@ def fake_docker(committed: Matrix, tmp_path: Path, monkeypatch: pytest.MonkeyPat
     return log
 
 
+@dataclass(frozen=True)
+class Site:
+    matrix: Matrix  # the committed test release
+    pushes: Path  # what the fake docker and skopeo were asked to do
+    registry: str  # a listening registry address
+
+
+@pytest.fixture
+def site(committed: Matrix, fake_docker: Path, listening: str) -> Site:
+    return Site(committed, fake_docker, listening)
+
+
 def run_publish(matrix: Matrix, registry: str, record: Path) -> int:
     cell = matrix.release.default_cell
     argv = ["--matrix", str(matrix.path), "publish", "image", "--cell", cell, "--registry", registry]
@@ -206,9 +219,7 @@ def test_publish_pushes_the_immutable_tag_first_and_records_the_digest(
     ],
 )  # fmt: skip
 def test_publish_failures_are_one_line_and_write_nothing(
-    committed: Matrix,
-    fake_docker: Path,
-    listening: str,
+    site: Site,
     tmp_path: Path,
     capsys: pytest.CaptureFixture[str],
     monkeypatch: pytest.MonkeyPatch,
@@ -216,6 +227,7 @@ def test_publish_failures_are_one_line_and_write_nothing(
     message: str,
     code: int,
 ) -> None:
+    committed, fake_docker, listening = site.matrix, site.pushes, site.registry
     monkeypatch.setenv(*setting)
     record = tmp_path / "record.json"
     assert run_publish(committed, listening, record) == code
@@ -226,13 +238,12 @@ def test_publish_failures_are_one_line_and_write_nothing(
 
 
 def test_an_immutable_tag_is_never_moved_and_a_second_publish_moves_only_the_moving_tags(
-    committed: Matrix,
-    fake_docker: Path,
-    listening: str,
+    site: Site,
     tmp_path: Path,
     capsys: pytest.CaptureFixture[str],
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
+    committed, fake_docker, listening = site.matrix, site.pushes, site.registry
     manifest = json.dumps({"schemaVersion": 2, "config": {"digest": "sha256:1234"}})
     digest = "sha256:" + hashlib.sha256(manifest.encode()).hexdigest()
     monkeypatch.setenv("FAKE_PUBLISHED", manifest)
