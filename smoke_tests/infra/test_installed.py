@@ -18,6 +18,8 @@ PYTHON = f"{VENV}/bin/python"
 SMOKE = "/opt/neuron-torch/smoke_tests"
 LIB = "/opt/neuron-torch/lib"  # neuron_cell, which verify-device (and the builders before it) run
 VERIFY = "/opt/neuron-torch/scripts/verify-device.sh"
+SLURM = "/opt/neuron-torch/scripts/slurm"  # the health check and the cluster check job (docs/slurm.md)
+HEALTHCHECK_SETTINGS = "/etc/default/neuron-healthcheck"
 PROFILE = "/etc/profile.d/neuron-torch.sh"
 PATH_ENTRIES = ("/opt/aws/neuron/bin", f"{VENV}/bin")
 LIBRARY_ENTRIES = ("/opt/aws/neuron/lib",)
@@ -116,6 +118,25 @@ def test_installed_paths(host: Any) -> None:
     assert host.file(VERIFY).is_file and host.file(VERIFY).mode & 0o111
     link = host.file("/usr/local/bin/verify-device")
     assert link.exists and ((link.is_symlink and link.linked_to == VERIFY) or link.is_file)
+
+
+def test_slurm_health_check_installed_with_its_settings(host: Any, target: str) -> None:
+    """On a host or AMI (Slurm runs the health check on the node, not in a container): the health check and the
+    cluster check job are executable, and the settings Slurm's almost empty environment leaves them to read name the
+    venv and the cell file that are there, and the shared reports' folder by an absolute path where one is set."""
+    if target == "image":
+        pytest.skip("the Slurm health check runs on the node (HealthCheckProgram, Epilog), not in an image")
+    for name in ("neuron-healthcheck", "verify-cluster.sbatch"):
+        script = host.file(f"{SLURM}/{name}")
+        assert script.is_file and script.mode & 0o111, f"{SLURM}/{name} is not an executable file"
+    text = host.file(HEALTHCHECK_SETTINGS).content_string
+    lines = [line for line in text.splitlines() if line.strip() and not line.startswith("#")]
+    settings = dict(line.split("=", 1) for line in lines if "=" in line)
+    assert len(settings) == len(lines), f"{HEALTHCHECK_SETTINGS} has lines that are not NAME=value: {text!r}"
+    assert settings.get("NEURON_TORCH_VENV") == VENV and host.file(f"{VENV}/bin/python").exists, settings
+    assert host.file(settings.get("NEURON_TORCH_CELL_FILE", "")).is_file, settings
+    cluster_dir = settings.get("NEURON_TORCH_CLUSTER_DIR")
+    assert cluster_dir is None or cluster_dir.startswith("/"), f"NEURON_TORCH_CLUSTER_DIR {cluster_dir!r}"
 
 
 def test_cell_record_and_lock_installed(host: Any, cell: dict[str, Any], lock_path: Path) -> None:
