@@ -4,6 +4,7 @@ neuron device; a healthy model's curve matches and an optimizer step that goes w
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 
 import pytest
@@ -83,7 +84,7 @@ def test_a_healthy_curve_matches_on_a_device_that_auto_casts_at_the_default_prec
     assert 0 < max(r["vs_baseline"] for r in rows) <= parity["rtol"]
 
 
-def test_a_baseline_recorded_with_other_steps_is_refused_before_any_work(
+def test_a_baseline_of_other_steps_or_without_a_curve_is_refused_before_any_work(
     base_env: dict[str, str], curve_baseline: Path, tmp_path: Path, forkserver: ForkServer
 ) -> None:
     run = verify(_env(base_env), "--device", "cpu", "--model", MODEL, "--baseline", str(curve_baseline),
@@ -92,3 +93,12 @@ def test_a_baseline_recorded_with_other_steps_is_refused_before_any_work(
     assert run.returncode == 2, run.output
     assert f"--steps 3: the baseline {curve_baseline} was recorded with --steps {STEPS}" in run.output
     assert "neuron-eval:" not in run.output and not (tmp_path / "r").exists()
+    curveless = tmp_path / "curveless"
+    shutil.copytree(curve_baseline, curveless)
+    index = json.loads((curveless / "index.json").read_text())
+    (curveless / "index.json").write_text(json.dumps({k: v for k, v in index.items() if k != "parity"}))
+    run = verify(_env(base_env), "--device", "cpu", "--model", MODEL, "--baseline", str(curveless), "--steps",
+                 str(STEPS), tmp=tmp_path, timeout=TIMEOUT, forked=forkserver)  # fmt: skip
+    assert run.returncode == 2, run.output
+    assert f"the baseline {curveless} has no loss curve (it was recorded without --steps)" in run.output
+    assert "neuron-eval:" not in run.output
