@@ -99,6 +99,7 @@ def loss_curves(curves: dict[str, list[float] | None], diverged_at: int | None) 
         ax.plot(range(1, len(values) + 1), values, color=color, linestyle=line, marker=marker, label=name)
     if diverged_at is not None:
         ax.axvline(diverged_at, color="red", linestyle="--", label=f"diverges at step {diverged_at}")
+    ax.xaxis.get_major_locator().set_params(integer=True)  # steps are whole
     ax.set_xlabel("step")
     ax.set_ylabel("loss")
     ax.legend(fontsize=8)

@@ -224,4 +224,12 @@ def test_the_loss_section_plots_both_curves_and_tabulates_each_step(
                                "The curves agree at every step.")  # fmt: skip
     assert section.image == ("report-loss.png", f"['baseline', 'device'] {diverged_at}".encode())
     assert [r[0] for r in section.rows] == [1, 2, 3] and section.rows[2][-1] == ("FAIL" if diverged_at else "ok")
-    assert section.rows[2][1:4] == [1.9, 1.6, None]
+    assert section.rows[2][1:4] == ["1.9", "1.6", None]
+
+
+def test_a_curve_with_nothing_beside_it_says_so_and_keeps_six_digits() -> None:
+    alone = _parity(None) | {"loss": {"device": [2.29344, 2.2808902], "baseline": None, "cpu": None}}
+    alone["rows"] = [{"step": 1, "device": 2.2934443950653076, "baseline": None, "cpu": None, "vs_baseline": None,
+                      "vs_cpu": None, "ok": True}]  # fmt: skip
+    section = sections._parity(alone)
+    assert section.text[1] == "Nothing to compare it with." and section.rows[0][1] == "2.29344"
