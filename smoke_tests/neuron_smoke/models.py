@@ -1,10 +1,11 @@
 """The default model for stages 4-6 and loading a user's model (`--model package.module:factory`).
 
-CONTRACT (also in `--help`): the factory takes no arguments and returns `(model, inputs)` or
-`(model, inputs, loss_fn)`. `model` is a torch.nn.Module; `inputs` is a CPU tensor, a tuple or list of positional
-arguments, or a dict of keyword arguments, whose leaves are tensors (nested tuples, lists and dicts allowed);
-`loss_fn(output)` returns a scalar tensor. Without loss_fn the loss is the mean square of every floating-point
-tensor in the output (which may be a tensor, or a tuple, list or dict of them).
+CONTRACT (also in `--help`): the factory takes no arguments and returns `(model, inputs)`, `(model, inputs, loss_fn)`
+or `(model, inputs, loss_fn, optimizer)`. `model` is a torch.nn.Module; `inputs` is a CPU tensor, a tuple or list of
+positional arguments, or a dict of keyword arguments, whose leaves are tensors (nested tuples, lists and dicts
+allowed); `loss_fn(output)` returns a scalar tensor. Without loss_fn (or with None) the loss is the mean square of
+every floating-point tensor in the output (which may be a tensor, or a tuple, list or dict of them). `optimizer` is a
+torch.optim.Optimizer over the model's parameters, the one `--steps N` trains with (evaluate/parity.py).
 """
 
 from __future__ import annotations
@@ -33,6 +34,7 @@ class ModelSpec:
     name: str
     # Extra runs under torch.autocast on the device, compared with the float32 CPU reference (the default model).
     autocast: tuple[torch.dtype, ...] = ()
+    optimizer: torch.optim.Optimizer | None = None  # the factory's own, over `model`'s parameters (--steps)
 
     def inputs_on(self, device: str) -> tuple[tuple[Any, ...], dict[str, Any]]:
         def move(t: Any) -> Any:
@@ -124,7 +126,7 @@ def load(spec: str | None) -> ModelSpec:
         made = factory()
     except Exception as exc:
         raise UsageError(f"--model {spec}: the factory raised {type(exc).__name__}: {exc}") from exc
-    if not isinstance(made, tuple) or len(made) not in (2, 3):
+    if not isinstance(made, tuple) or len(made) not in (2, 3, 4):
         raise UsageError(f"--model {spec}: the factory returned {type(made).__name__}; {CONTRACT}")
     model, inputs = made[0], made[1]
     if not isinstance(model, nn.Module):
@@ -132,12 +134,25 @@ def load(spec: str | None) -> ModelSpec:
             f"--model {spec}: the first item is a {type(model).__name__}, not a torch.nn.Module; {CONTRACT}"
         )
     args, kwargs = _split_inputs(spec, inputs)
-    loss_fn = made[2] if len(made) == 3 else mean_square_loss
+    loss_fn = made[2] if len(made) >= 3 and made[2] is not None else mean_square_loss
     if not callable(loss_fn):
         raise UsageError(f"--model {spec}: loss_fn is a {type(loss_fn).__name__}, not callable; {CONTRACT}")
-    made_spec = ModelSpec(model, args, kwargs, loss_fn, spec)
+    optimizer = _optimizer(spec, model, made[3]) if len(made) == 4 else None
+    made_spec = ModelSpec(model, args, kwargs, loss_fn, spec, optimizer=optimizer)
     _check_on_cpu(made_spec)
     return made_spec
+
+
+def _optimizer(spec: str, model: nn.Module, optimizer: Any) -> torch.optim.Optimizer | None:
+    """The factory's optimizer, when it is one over the model's own parameters (None: the default, SGD)."""
+    if optimizer is None:
+        return None
+    if not isinstance(optimizer, torch.optim.Optimizer):
+        raise UsageError(f"--model {spec}: the optimizer is a {type(optimizer).__name__}; {CONTRACT}")
+    own = {id(p) for p in model.parameters()}
+    if any(id(p) not in own for group in optimizer.param_groups for p in group["params"]):
+        raise UsageError(f"--model {spec}: the optimizer holds tensors that are not the model's parameters; {CONTRACT}")
+    return optimizer
 
 
 def _check_on_cpu(spec: ModelSpec) -> None:

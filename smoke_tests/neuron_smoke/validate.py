@@ -68,6 +68,7 @@ def check_outputs(args: argparse.Namespace) -> None:
 
 def check_evaluation(args: argparse.Namespace) -> None:
     """The evaluation's own rules, before torch: one of --record/--baseline, a model, a baseline that is whole."""
+    from neuron_smoke.evaluate import steps
     from neuron_smoke.evaluate.options import evaluation_requested
     from neuron_smoke.evaluate.shapes import parse_shapes
 
@@ -78,8 +79,10 @@ def check_evaluation(args: argparse.Namespace) -> None:
     if args.record and args.baseline:
         raise UsageError("--record and --baseline: record a baseline first, then compare in a second run")
     if args.model is None:
-        raise UsageError("--record/--baseline/--shapes need --model PACKAGE.MODULE:FACTORY")
+        raise UsageError("--record/--baseline/--shapes/--steps need --model PACKAGE.MODULE:FACTORY")
     if args.shapes:
         parse_shapes(args.shapes)
     if args.baseline:
         paths.check_baseline(args.baseline)
+        index = paths.read_json(args.baseline / "index.json", "baseline index", "record the baseline again")
+        steps.resolve(args.steps, index, args.baseline)

@@ -9,7 +9,7 @@ from pathlib import Path
 from neuron_smoke import EXIT_USAGE
 from neuron_smoke.context import Options
 from neuron_smoke.errors import UsageError
-from neuron_smoke.evaluate import PRECISIONS
+from neuron_smoke.evaluate import PRECISIONS, steps
 
 
 def _positive_int(value: str) -> int:
@@ -47,6 +47,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         help="the kinds of finding that make the verdict 'not ready' and the exit code 1 (numerics)",
     )
     g.add_argument(
+        "--steps",
+        type=steps.parse,
+        metavar="N",
+        help="also train N steps with the model's optimizer (the factory's, else SGD lr 0.1, momentum 0.9) and compare "
+        "the loss per step (1: the single step only; with --baseline: the baseline's N)",
+    )
+    g.add_argument(
         "--full-tensor-limit",
         type=_positive_int,
         metavar="N",
@@ -55,7 +62,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def evaluation_requested(args: argparse.Namespace) -> bool:
-    return bool(args.record or args.baseline or args.shapes)
+    return bool(args.record or args.baseline or args.shapes or args.steps)
 
 
 def run_evaluation(options: Options, args: argparse.Namespace) -> int:
@@ -79,6 +86,7 @@ def run_evaluation(options: Options, args: argparse.Namespace) -> int:
             iterations=options.iterations,
             warmup=options.warmup,
             full_tensor_limit=args.full_tensor_limit or DEFAULT_FULL_LIMIT,
+            steps=args.steps,
             compile_backend=options.compile_backend,
         )
         spec = models.load(options.model)

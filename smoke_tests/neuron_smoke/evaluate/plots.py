@@ -84,3 +84,23 @@ def fallback_modules(rows: list[dict[str, Any]]) -> bytes | None:
     ax.invert_yaxis()
     ax.set_xlabel("calls that fell back to the CPU")
     return _png(fig)
+
+
+def loss_curves(curves: dict[str, list[float] | None], diverged_at: int | None) -> bytes | None:
+    """The loss per step of each curve present (device, baseline, cpu), and the step where they part, if any."""
+    shown = {name: values for name, values in curves.items() if values}
+    if not available() or not shown:
+        return None
+    fig = _figure(7, 3.2)
+    ax = fig.subplots()
+    styles = {"baseline": ("tab:blue", "-", "o"), "device": ("tab:orange", "--", "x"), "cpu": ("tab:green", ":", ".")}
+    for name, values in shown.items():
+        color, line, marker = styles.get(name, ("tab:gray", "-", "."))
+        ax.plot(range(1, len(values) + 1), values, color=color, linestyle=line, marker=marker, label=name)
+    if diverged_at is not None:
+        ax.axvline(diverged_at, color="red", linestyle="--", label=f"diverges at step {diverged_at}")
+    ax.xaxis.get_major_locator().set_params(integer=True)  # steps are whole
+    ax.set_xlabel("step")
+    ax.set_ylabel("loss")
+    ax.legend(fontsize=8)
+    return _png(fig)

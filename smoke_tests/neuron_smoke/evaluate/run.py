@@ -22,11 +22,13 @@ from neuron_smoke.evaluate import (
     compare,
     failure,
     identity,
+    parity,
     precision,
     readiness,
     sweep,
     verdict,
 )
+from neuron_smoke.evaluate.steps import resolve as resolve_steps
 from neuron_smoke.evaluate.tensors import DEFAULT_FULL_LIMIT
 from neuron_smoke.host import host_facts
 from neuron_smoke.models import ModelSpec
@@ -47,6 +49,7 @@ class EvalOptions:
     warmup: int = 3
     full_tensor_limit: int = DEFAULT_FULL_LIMIT
     compile_backend: str | None = None
+    steps: int | None = None  # --steps; None: the baseline's (1 without one: the single step only)
 
 
 def versions(backend: Backend) -> dict[str, str]:
@@ -90,6 +93,7 @@ def evaluate(opts: EvalOptions, spec: ModelSpec) -> int:
     phases = Phases()
     opts.precision = opts.precision or release_facts.default_precision()
     base = baseline.load(opts.baseline) if opts.baseline else None
+    opts.steps = resolve_steps(opts.steps, base.index if base is not None else {}, opts.baseline)
     current = identity.fingerprint(spec)
     if base is not None:
         identity.check(base.index["model"], current, str(opts.baseline))
@@ -110,6 +114,9 @@ def evaluate(opts: EvalOptions, spec: ModelSpec) -> int:
     print(f"neuron-eval: {spec.name} on {backend.name} ({data['mode']}, precision {opts.precision}, rtol "
           f"{data['rtol']:g})", flush=True)  # fmt: skip
     dev = _measure(data, opts, spec, backend, module, phases)
+    if dev is not None and opts.steps > 1:
+        _parity(data, opts, spec, backend, base)
+        phases.done("parity")
     if dev is not None and (base is not None or backend.device_type != "cpu"):
         try:
             _compare(data, spec, dev, base, opts)
@@ -133,6 +140,7 @@ def _save(data: dict[str, Any], opts: EvalOptions, dev: capture.Capture) -> None
     assert opts.record is not None
     keys = ("model", "device", "host", "versions", "timing", "started", "inventory")
     index = {k: data[k] for k in keys} | {"precision": opts.precision, "order": dev.order}
+    index |= parity.for_baseline(data.get("parity"))
     try:
         baseline.save(opts.record, index, dev.tensors, opts.full_tensor_limit)
     except UsageError:
@@ -143,6 +151,21 @@ def _save(data: dict[str, Any], opts: EvalOptions, dev: capture.Capture) -> None
         return
     data["baseline_written"] = str(opts.record)
     print(f"  baseline: {len(dev.tensors)} tensors -> {opts.record}", flush=True)
+
+
+def _parity(
+    data: dict[str, Any], opts: EvalOptions, spec: ModelSpec, backend: Backend, base: baseline.Baseline | None
+) -> None:
+    """--steps N: the loss curve on the device against the baseline's (and this machine's CPU's)."""
+    recorded = base.index.get("parity") if base is not None else None
+    try:
+        data["parity"] = parity.measure(spec, backend.device_type, int(opts.steps or 1), str(opts.precision),
+                                        float(opts.rtol or 0.0), recorded, backend.synchronize)  # fmt: skip
+    except failure.StepFailed as exc:
+        data["failure"] = exc.finding
+        print(f"  loss parity: step failed ({exc.finding['phase']}): {exc.finding['error']}", flush=True)
+        return
+    print(f"  {parity.summary(data['parity'])}", flush=True)
 
 
 def _header(

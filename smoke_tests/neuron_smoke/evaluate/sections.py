@@ -1,5 +1,5 @@
 """The report's sections, built from the JSON data alone: summary, where errors start, per layer, per tensor,
-timing, readiness, fallback by module, shape sweep, op inventory."""
+loss over steps, timing, readiness, fallback by module, shape sweep, op inventory."""
 
 from __future__ import annotations
 
@@ -25,6 +25,7 @@ def build_sections(data: dict[str, Any]) -> list[Section]:
     sections = [_summary(data)]
     if "tensors" in data:
         sections += [_origins(data), _layers(data), _tensors(data)]
+    sections += [_parity(data["parity"])] if data.get("parity") else []
     sections += ([_timing(data)] if data.get("timing") else []) + [_readiness(data)]
     if data["readiness"]["fallback"]:
         sections.append(_fallback(data))
@@ -116,6 +117,31 @@ def _tensors(data: dict[str, Any]) -> Section:
         shape = "x".join(map(str, r["shape"])) or "scalar"
         ok = "ok" if r["ok"] else "FAIL"
         s.rows.append([r["tensor"], shape, r["vs_baseline"], r["vs_cpu"], r["cpu_vs_baseline"], r["source"], ok])
+    return s
+
+
+def _loss(value: float | None) -> str | None:
+    """A loss to six digits (the table's three would merge losses that part in the fourth)."""
+    return None if value is None else f"{value:.6g}"
+
+
+def _parity(p: dict[str, Any]) -> Section:
+    s = Section(f"Loss over {p['steps']} steps")
+    s.text.append(
+        f"Optimizer {p['optimizer']}, precision {p['precision']}; the loss of step k is that of the weights after "
+        f"k - 1 updates. Each step's relative error is held to rtol {p['rtol']:g}."
+    )
+    compared = p["loss"]["baseline"] is not None or p["loss"]["cpu"] is not None
+    s.text.append(p["finding"] or ("The curves agree at every step." if compared else "Nothing to compare it with."))
+    png = plots.loss_curves(p["loss"], p["diverged_at"])
+    if png is not None:
+        s.image = ("report-loss.png", png)
+    s.headers = ["step", "device", "baseline", "cpu", "vs baseline", "vs cpu", "ok"]
+    s.rows = [
+        [r["step"], _loss(r["device"]), _loss(r["baseline"]), _loss(r["cpu"]), r["vs_baseline"], r["vs_cpu"],
+         "ok" if r["ok"] else "FAIL"]
+        for r in p["rows"]
+    ]  # fmt: skip
     return s
 
 

@@ -1,6 +1,6 @@
 """The evaluation's answer in one line: "ready", "ready with findings" or "not ready", with the counts per kind.
 
-numerics   tensors beyond the bound, or present on one side only
+numerics   tensors beyond the bound, or present on one side only; a loss curve (--steps) that leaves the baseline's
 readiness  ops in unsupported areas, float64 use, tied weights untied by the move
 fallback   ops that fell back to the CPU
 compile    a torch.compile failure in the shape sweep
@@ -24,6 +24,7 @@ def counts(data: dict[str, Any]) -> dict[str, int]:
     gone = data.get("missing", {})
     numerics = sum(not t["ok"] for t in data.get("tensors", []))
     numerics += len(gone.get("only_in_baseline") or []) + len(gone.get("only_in_cpu_run") or [])
+    numerics += int(bool((data.get("parity") or {}).get("diverged_at")))
     readiness = int(r.get("findings") or 0) - fallback - compile_failed
     return {"readiness": readiness, "fallback": fallback, "compile": compile_failed, "numerics": numerics}
 
@@ -49,6 +50,8 @@ def top_findings(data: dict[str, Any], limit: int = 5) -> list[str]:
     lines += [f"fell back to CPU: {x['op']} [module {x['module']}]" for x in r.get("fallback", [])]
     if r.get("compile_failure"):
         lines.append(f"torch.compile failed: {r['compile_failure']['error']}")
+    if (data.get("parity") or {}).get("finding"):
+        lines.append(str(data["parity"]["finding"]))
     bad = sorted((t for t in data.get("tensors", []) if not t["ok"]), key=lambda t: -(t["vs_cpu"] or 0.0))
     lines += [f"beyond rtol: {t['tensor']} (source {t['source']}) [module {t['layer']}]" for t in bad]
     return lines[:limit]

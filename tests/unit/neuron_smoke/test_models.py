@@ -133,3 +133,28 @@ def test_a_factory_whose_model_cannot_run_is_a_usage_error(
     with pytest.raises(UsageError) as raised:
         models.load(target)
     assert problem in str(raised.value) and target in str(raised.value)
+
+
+def test_a_factory_may_return_its_optimizer_and_leave_the_loss_to_the_default(monkeypatch: pytest.MonkeyPatch) -> None:
+    model = Pair()
+    optimizer = torch.optim.Adam(model.parameters(), lr=0.01)
+    spec = models.load(_factory(monkeypatch, lambda: (model, torch.ones(2, 3), None, optimizer)))
+    assert spec.optimizer is optimizer and spec.loss_fn is models.mean_square_loss
+    assert models.load(_factory(monkeypatch, lambda: (Pair(), torch.ones(2, 3), None, None))).optimizer is None
+
+
+@pytest.mark.parametrize(
+    ("optimizer", "problem"),
+    [
+        (lambda model: "adam", "the optimizer is a str"),
+        (lambda model: torch.optim.SGD(Pair().parameters(), lr=0.1), "tensors that are not the model's parameters"),
+    ],
+)
+def test_an_optimizer_that_is_not_one_over_the_models_parameters_is_a_usage_error(
+    optimizer: Callable[[nn.Module], Any], problem: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    model = Pair()
+    target = _factory(monkeypatch, lambda: (model, torch.ones(2, 3), None, optimizer(model)))
+    with pytest.raises(UsageError) as raised:
+        models.load(target)
+    assert problem in str(raised.value) and str(raised.value).endswith(models.CONTRACT)

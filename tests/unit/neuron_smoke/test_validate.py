@@ -4,6 +4,7 @@ work, and the evaluation's rules before torch."""
 from __future__ import annotations
 
 import argparse
+import json
 from pathlib import Path
 
 import pytest
@@ -15,7 +16,7 @@ from neuron_smoke.errors import UsageError
 def namespace(**given: object) -> argparse.Namespace:
     base: dict[str, object] = {
         "device": None, "report": None, "junit": None, "record": None, "eval_report": None, "baseline": None,
-        "shapes": None, "model": None,
+        "shapes": None, "model": None, "steps": None,
     }  # fmt: skip
     return argparse.Namespace(**{**base, **given})
 
@@ -64,3 +65,15 @@ def test_the_evaluations_rules(tmp_path: Path) -> None:
         validate.check_evaluation(namespace(record=tmp_path / "a"))
     with pytest.raises(UsageError, match="--shapes: 'x' is not a shape"):
         validate.check_evaluation(namespace(shapes="x", model="m:f"))
+    with pytest.raises(UsageError, match="--steps need --model"):
+        validate.check_evaluation(namespace(steps=3))
+
+
+def test_a_baseline_of_other_steps_is_refused_before_torch(tmp_path: Path) -> None:
+    from neuron_smoke.evaluate import BASELINE_SCHEMA
+
+    (tmp_path / "index.json").write_text(json.dumps({"schema": BASELINE_SCHEMA, "parity": {"steps": 5}}))
+    (tmp_path / "tensors.pt").write_bytes(b"")
+    validate.check_evaluation(namespace(baseline=tmp_path, model="m:f"))  # the baseline's 5
+    with pytest.raises(UsageError, match=f"--steps 3: the baseline {tmp_path} was recorded with --steps 5"):
+        validate.check_evaluation(namespace(baseline=tmp_path, model="m:f", steps=3))

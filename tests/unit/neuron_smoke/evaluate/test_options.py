@@ -119,3 +119,19 @@ def test_shapes_the_model_cannot_take_are_refused_before_any_step(monkeypatch: p
     opts = run.EvalOptions(device="cpu", shapes=[(4, 32), (4, 32, 7)])
     with pytest.raises(UsageError, match="--shapes: 4x32x7 has 3 dimensions, the model's first input 16x32 has 2"):
         run.evaluate(opts, models.load(MLP))
+
+
+@pytest.mark.parametrize("value", ["0", "-2", "1.5", "three", "10001"])
+def test_steps_that_are_not_a_whole_number_from_1_are_refused(value: str, capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exc:
+        _parser().parse_args([f"--steps={value}"])
+    assert exc.value.code == EXIT_USAGE
+    assert f"--steps: must be a whole number of steps from 1 to 10000: {value}" in capsys.readouterr().err
+
+
+def test_steps_request_the_evaluation_and_reach_evaluate(monkeypatch: pytest.MonkeyPatch) -> None:
+    args = _parser().parse_args(["--steps", "4"])
+    assert args.steps == 4 and options.evaluation_requested(args)
+    calls = _capture_evaluate(monkeypatch)
+    options.run_evaluation(Options(device="cpu", model=MLP), args)
+    assert calls[0][0].steps == 4

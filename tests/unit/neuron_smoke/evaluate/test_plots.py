@@ -77,3 +77,9 @@ def test_the_left_margin_grows_with_the_longest_label_within_bounds() -> None:
     short, long = plots._label_room(["fc"], 9, 7), plots._label_room(["transformer.h.1.mlp.c_proj"], 9, 7)
     assert 0.08 <= short < long <= 0.6
     assert plots._label_room([], 9, 7) == 0.08 and plots._label_room(["x" * 500], 9, 7) == 0.6
+
+
+def test_loss_curves_draw_the_curves_present_and_none_without_any(tmp_path: Path) -> None:
+    curves: dict[str, list[float] | None] = {"device": [2.0, 1.8, 1.9], "baseline": [2.0, 1.8, 1.6], "cpu": None}
+    assert _written(tmp_path, "loss.png", plots.loss_curves(curves, 3)) == (7 * DPI, int(3.2 * DPI))
+    assert plots.loss_curves({"device": [], "baseline": None}, None) is None

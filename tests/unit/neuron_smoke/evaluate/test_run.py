@@ -11,10 +11,10 @@ from typing import Any
 import pytest
 import torch
 
-from neuron_smoke import EXIT_DEVICE_MISSING, EXIT_OK, release_facts
+from neuron_smoke import EXIT_CHECK_FAILED, EXIT_DEVICE_MISSING, EXIT_OK, release_facts
 from neuron_smoke.backends import CPU, Backend
 from neuron_smoke.errors import UsageError
-from neuron_smoke.evaluate import SCHEMA, run, verdict
+from neuron_smoke.evaluate import SCHEMA, capture, plots, run, verdict
 from neuron_smoke.examples import mlp
 from neuron_smoke.models import ModelSpec
 
@@ -134,3 +134,33 @@ def test_phases_add_up_the_time_of_each_named_phase(monkeypatch: pytest.MonkeyPa
     phases.done("step")
     phases.done("load")
     assert phases.seconds == {"load": 0.75, "step": 1.5}
+
+
+def test_steps_are_recorded_compared_from_the_baseline_and_refused_when_they_differ(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert run.evaluate(_opts(record=tmp_path / "b", steps=3), _spec()) == EXIT_OK
+    kept = json.loads((tmp_path / "b" / "index.json").read_text())["parity"]
+    assert kept["steps"] == 3 and len(kept["loss"]) == 3 and kept["optimizer"].startswith("SGD(lr=0.1")
+    assert (tmp_path / "b" / "report-loss.png").is_file() == plots.available()
+    assert run.evaluate(_opts(baseline=tmp_path / "b", out_dir=tmp_path / "r"), _spec()) == EXIT_OK  # N from it
+    data = json.loads((tmp_path / "r" / "report.json").read_text())
+    assert data["parity"]["loss"]["baseline"] == data["parity"]["loss"]["device"] == kept["loss"]
+    assert data["parity"]["diverged_at"] is None and "parity" in data["phases_s"]
+    assert "loss over 3 steps (SGD(lr=0.1, momentum=0.9; the default)): " in capsys.readouterr().out
+    monkeypatch.setattr(capture, "time_steps", lambda *a, **k: pytest.fail("a step ran"))
+    with pytest.raises(UsageError, match=r"--steps 2: the baseline .* was recorded with --steps 3"):
+        run.evaluate(_opts(baseline=tmp_path / "b", steps=2), _spec())
+
+
+def test_a_curve_that_leaves_the_baselines_is_not_ready_and_names_the_step(tmp_path: Path) -> None:
+    assert run.evaluate(_opts(record=tmp_path / "b", steps=4, precision="fp32"), _spec()) == EXIT_OK
+    index = tmp_path / "b" / "index.json"
+    recorded = json.loads(index.read_text())
+    recorded["parity"]["loss"][2] *= 1.01  # as if the baseline's third step had gone otherwise
+    index.write_text(json.dumps(recorded))
+    opts = _opts(baseline=tmp_path / "b", report=tmp_path / "r.json", precision="fp32")
+    assert run.evaluate(opts, _spec()) == EXIT_CHECK_FAILED
+    data = json.loads((tmp_path / "r.json").read_text())
+    assert (data["parity"]["diverged_at"], data["parity"]["source"]) == (3, "environment")
+    assert data["verdict"]["counts"]["numerics"] == 1 and all(r["ok"] for r in data["tensors"])

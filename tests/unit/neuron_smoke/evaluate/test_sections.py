@@ -193,3 +193,43 @@ def test_plots_are_attached_when_matplotlib_is_there(available: bool, monkeypatc
     else:
         assert images == {}
         assert any("Plots omitted: matplotlib is not installed" in t for t in found["Summary"].text)
+
+
+def _parity(diverged_at: int | None) -> dict[str, Any]:
+    device, base = [2.0, 1.8, 1.9], [2.0, 1.8, 1.6]
+    rows = [{"step": i + 1, "device": d, "baseline": b, "cpu": None, "vs_baseline": abs(d - b) / b, "vs_cpu": None,
+             "ok": i + 1 != diverged_at} for i, (d, b) in enumerate(zip(device, base, strict=True))]  # fmt: skip
+    return {
+        "steps": 3,
+        "optimizer": "SGD(lr=0.1, momentum=0.9; the default)",
+        "precision": "fp32",
+        "rtol": 1e-3,
+        "loss": {"device": device, "baseline": base, "cpu": None},
+        "rows": rows,
+        "diverged_at": diverged_at,
+        "finding": "the loss leaves the baseline's curve at step 3 of 3" if diverged_at else None,
+    }
+
+
+@pytest.mark.parametrize("diverged_at", [None, 3])
+def test_the_loss_section_plots_both_curves_and_tabulates_each_step(
+    diverged_at: int | None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    drawn = lambda curves, at: f"{sorted(k for k, v in curves.items() if v)} {at}".encode()  # noqa: E731
+    monkeypatch.setattr(plots, "loss_curves", drawn)
+    built = sections.build_sections(_compare_data() | {"parity": _parity(diverged_at)})
+    section = {s.title: s for s in built}["Loss over 3 steps"]
+    assert section.text[0].startswith("Optimizer SGD(lr=0.1, momentum=0.9; the default), precision fp32;")
+    assert section.text[1] == ("the loss leaves the baseline's curve at step 3 of 3" if diverged_at else
+                               "The curves agree at every step.")  # fmt: skip
+    assert section.image == ("report-loss.png", f"['baseline', 'device'] {diverged_at}".encode())
+    assert [r[0] for r in section.rows] == [1, 2, 3] and section.rows[2][-1] == ("FAIL" if diverged_at else "ok")
+    assert section.rows[2][1:4] == ["1.9", "1.6", None]
+
+
+def test_a_curve_with_nothing_beside_it_says_so_and_keeps_six_digits() -> None:
+    alone = _parity(None) | {"loss": {"device": [2.29344, 2.2808902], "baseline": None, "cpu": None}}
+    alone["rows"] = [{"step": 1, "device": 2.2934443950653076, "baseline": None, "cpu": None, "vs_baseline": None,
+                      "vs_cpu": None, "ok": True}]  # fmt: skip
+    section = sections._parity(alone)
+    assert section.text[1] == "Nothing to compare it with." and section.rows[0][1] == "2.29344"

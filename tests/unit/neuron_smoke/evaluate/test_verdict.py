@@ -51,3 +51,13 @@ def test_the_banner_is_on_the_console_and_at_the_top_of_the_report(
     assert json.loads((tmp_path / "b" / "report.json").read_text())["verdict"]["banner"] == banner
     markdown = (tmp_path / "b" / "report.md").read_text().splitlines()
     assert markdown[4] == f"**{banner}**"  # the title, the Summary heading, then the verdict
+
+
+def test_a_loss_curve_that_leaves_the_baselines_counts_as_numerics_and_is_a_top_finding() -> None:
+    finding = "the loss leaves the baseline's curve at step 3 of 5: 1.3 vs 1.2 (...)"
+    data = _data() | {"parity": {"diverged_at": 3, "finding": finding}}
+    judged = verdict.judge(data, ("numerics",))
+    assert judged["answer"] == "not ready" and judged["counts"]["numerics"] == 1
+    assert verdict.top_findings(data) == [finding]
+    agreeing = _data() | {"parity": {"diverged_at": None, "finding": None}}
+    assert verdict.judge(agreeing, ("numerics",))["answer"] == "ready" and verdict.top_findings(agreeing) == []
