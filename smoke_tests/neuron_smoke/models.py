@@ -33,6 +33,8 @@ class ModelSpec:
     name: str
     # Extra runs under torch.autocast on the device, compared with the float32 CPU reference (the default model).
     autocast: tuple[torch.dtype, ...] = ()
+    # The `--model` factory (None for the default model): the shape sweep calls one that takes a `shape` keyword.
+    factory: Callable[..., Any] | None = None
 
     def inputs_on(self, device: str) -> tuple[tuple[Any, ...], dict[str, Any]]:
         def move(t: Any) -> Any:
@@ -135,7 +137,7 @@ def load(spec: str | None) -> ModelSpec:
     loss_fn = made[2] if len(made) == 3 else mean_square_loss
     if not callable(loss_fn):
         raise UsageError(f"--model {spec}: loss_fn is a {type(loss_fn).__name__}, not callable; {CONTRACT}")
-    made_spec = ModelSpec(model, args, kwargs, loss_fn, spec)
+    made_spec = ModelSpec(model, args, kwargs, loss_fn, spec, factory=factory)
     _check_on_cpu(made_spec)
     return made_spec
 

@@ -27,6 +27,7 @@ from neuron_smoke.evaluate import (
     sweep,
     verdict,
 )
+from neuron_smoke.evaluate.shapes import SWEEP_STEPS
 from neuron_smoke.evaluate.tensors import DEFAULT_FULL_LIMIT
 from neuron_smoke.host import host_facts
 from neuron_smoke.models import ModelSpec
@@ -47,6 +48,7 @@ class EvalOptions:
     warmup: int = 3
     full_tensor_limit: int = DEFAULT_FULL_LIMIT
     compile_backend: str | None = None
+    sweep_steps: int = SWEEP_STEPS
 
 
 def versions(backend: Backend) -> dict[str, str]:
@@ -94,7 +96,7 @@ def evaluate(opts: EvalOptions, spec: ModelSpec) -> int:
     if base is not None:
         identity.check(base.index["model"], current, str(opts.baseline))
     if opts.shapes:
-        sweep.check((spec.args, spec.kwargs), opts.shapes)
+        sweep.check(spec, opts.shapes)
     backend = resolve(opts.device)
     try:
         module = _open_device(backend)
@@ -238,12 +240,9 @@ def _measure(
     if opts.shapes:
         compile_backend = data["device"]["compile_backend"]
         data["sweep"], compile_error = sweep.run(
-            spec.model, (spec.args, spec.kwargs), opts.shapes, backend.device_type, compile_backend, opts.iterations,
-            sync, module or None,
-        )  # fmt: skip
-        sw = data["sweep"]
-        print(f"  sweep: {sw['compiles']} graph(s) for {sw['distinct_shapes']} shape(s); {sweep.cache_note(sw)}",
-              flush=True)  # fmt: skip
+            spec, opts.shapes, backend.device_type, compile_backend, opts.sweep_steps, sync, module or None
+        )
+        print(f"  sweep: {sweep.summary(data['sweep'])}", flush=True)
         phases.done("sweep")
     data["readiness"] = readiness.scan(spec.model, dev.inventory, dev.fallback_ops, compile_error)
     data["readiness"]["compile_tried"] = bool(opts.shapes)
