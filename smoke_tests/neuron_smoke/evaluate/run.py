@@ -240,7 +240,7 @@ def _measure(
     if opts.shapes:
         compile_backend = data["device"]["compile_backend"]
         data["sweep"], compile_error = sweep.run(
-            spec, opts.shapes, backend.device_type, compile_backend, opts.sweep_steps, sync, module or None
+            spec, opts.shapes, backend.device_type, compile_backend, opts.sweep_steps, sync, module or None, at
         )
         print(f"  sweep: {sweep.summary(data['sweep'])}", flush=True)
         phases.done("sweep")

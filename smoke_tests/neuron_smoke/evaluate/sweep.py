@@ -16,10 +16,12 @@ several graphs of a broken forward are not taken for recompiles.
 
 from __future__ import annotations
 
+import functools
 import inspect
 import statistics
 import time
 from collections.abc import Callable
+from contextlib import AbstractContextManager
 from typing import Any
 
 import torch
@@ -27,7 +29,7 @@ from torch.utils import _pytree as pytree
 
 from neuron_smoke import models
 from neuron_smoke.errors import UsageError
-from neuron_smoke.evaluate import buckets
+from neuron_smoke.evaluate import buckets, precision
 from neuron_smoke.evaluate.capture import _percentile, move
 from neuron_smoke.model_contract import CONTRACT
 
@@ -190,12 +192,16 @@ def run(
     steps: int,
     synchronize: Callable[[], None],
     device_module: Any = None,
+    at: str = "fp32",
 ) -> tuple[dict[str, Any], BaseException | None]:
-    """The sweep's numbers, and the exception the compiled step raised (the sweep stops at the first), if any."""
+    """The sweep's numbers, and the exception the compiled step raised (the sweep stops at the first), if any.
+    `at`: the evaluation's precision (bf16-autocast runs each forward and loss under autocast, as its other steps)."""
     module = move(spec.model, device)[0].train()
     seeds = {s: 1000 + shapes.index(s) for s in shapes}
     made = {s: example_at(spec, s, seeds[s]) for s in seeds}
-    breaks = {s: graph_breaks(module, _on(made[s][0], device)) for s in made}
+    autocast = functools.partial(precision.forward, at, torch.device(device).type)
+    with autocast():
+        breaks = {s: graph_breaks(module, _on(made[s][0], device)) for s in made}
     torch._dynamo.reset()
     counter = CountingBackend(backend)
     old_limit = torch._dynamo.config.recompile_limit
@@ -203,7 +209,8 @@ def run(
     rows: list[dict[str, Any]] = []
     error: BaseException | None = None
     try:
-        timer = _Step(torch.compile(module, backend=counter, dynamic=False), module, synchronize, device_module)
+        compiled = torch.compile(module, backend=counter, dynamic=False)
+        timer = _Step(compiled, module, synchronize, device_module, autocast)
         for shape in shapes:
             inputs, loss_fn = made[shape]
             try:
@@ -219,13 +226,22 @@ def run(
 class _Step:
     """One shape's compiled training steps: the first (the compile) and `steps` timed ones."""
 
-    def __init__(self, compiled: Any, model: torch.nn.Module, sync: Callable[[], None], device_module: Any) -> None:
+    def __init__(
+        self,
+        compiled: Any,
+        model: torch.nn.Module,
+        sync: Callable[[], None],
+        device_module: Any,
+        autocast: Callable[[], AbstractContextManager[Any]],
+    ) -> None:
         self.compiled, self.model, self.sync, self.device_module = compiled, model, sync, device_module
+        self.autocast = autocast
 
     def once(self, inputs: Example, loss_fn: models.LossFn) -> float:
         self.model.zero_grad(set_to_none=True)
         start = time.perf_counter()
-        loss = loss_fn(self.compiled(*inputs[0], **inputs[1]))
+        with self.autocast():
+            loss = loss_fn(self.compiled(*inputs[0], **inputs[1]))
         torch.autograd.backward(loss)
         self.sync()
         return time.perf_counter() - start

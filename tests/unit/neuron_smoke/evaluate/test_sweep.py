@@ -20,11 +20,13 @@ from neuron_smoke.models import ModelSpec, mean_square_loss
 
 # What the test backend compiled, in order: "fw" or "bw", and the shapes of the graph's inputs.
 COMPILED: list[tuple[str, set[tuple[int, ...]]]] = []
+CODE: list[str] = []  # the code of each graph compiled
 
 
 def _recording(kind: str) -> Callable[[Any, Any], Any]:
     def compiler(gm: Any, inputs: Any) -> Any:
         COMPILED.append((kind, {tuple(x.shape) for x in inputs}))
+        CODE.append(str(gm.code))
         return make_boxed_func(gm.forward)
 
     return compiler
@@ -46,9 +48,12 @@ def _spec(model: nn.Module, *args: Any, factory: Callable[..., Any] | None = Non
     return ModelSpec(model, args, kwargs, mean_square_loss, "test", factory=factory)
 
 
-def _sweep(spec: ModelSpec, shapes: list[tuple[int, ...]], steps: int = 3) -> tuple[dict[str, Any], Any]:
+def _sweep(
+    spec: ModelSpec, shapes: list[tuple[int, ...]], steps: int = 3, at: str = "fp32"
+) -> tuple[dict[str, Any], Any]:
     COMPILED.clear()
-    return sweep.run(spec, shapes, "cpu", "sweep_test", steps, lambda: None, Cache())
+    CODE.clear()
+    return sweep.run(spec, shapes, "cpu", "sweep_test", steps, lambda: None, Cache(), at)
 
 
 def test_a_float_input_is_redrawn_at_the_shape_seeded_and_in_its_dtype() -> None:
@@ -129,6 +134,13 @@ def test_the_training_step_is_compiled_forward_and_backward_per_shape() -> None:
     assert result["device_graphs"] == 4 and "4 graph(s) compiled or loaded, 1 recompile(s) (agrees)" in sweep.summary(
         result
     )
+
+
+@pytest.mark.parametrize(("at", "autocast"), [("bf16-autocast", True), ("fp32", False), ("bf16-matmul", False)])
+def test_the_step_is_compiled_at_the_evaluations_precision(at: str, autocast: bool) -> None:
+    """Under bf16-autocast the evaluation's other steps run their forward and loss in autocast: so does the sweep's."""
+    _, error = _sweep(_spec(nn.Linear(4, 2), torch.zeros(2, 4)), [(2, 4)], steps=1, at=at)
+    assert error is None and ("torch.bfloat16" in CODE[0]) is autocast
 
 
 class Broken(nn.Module):
