@@ -14,7 +14,7 @@ from neuron_smoke import EXIT_USAGE, output, registry, validate
 from neuron_smoke.context import Options
 from neuron_smoke.errors import UsageError
 from neuron_smoke.launchers import LAUNCHERS, Launcher
-from neuron_smoke.model_contract import CONTRACT
+from neuron_smoke.model_contract import CONTRACT, SHAPES
 from neuron_smoke.results import Report, StageResult, interrupted
 
 if TYPE_CHECKING:
@@ -28,7 +28,10 @@ NEURON_SMOKE_DEV_GLOB (where to look for Neuron device files, default /dev/neuro
 --model contract: """
     + CONTRACT
     + """; a factory that breaks it
-is a usage error (exit 2). Both sides of the comparison run with dropout disabled and the same seed."""
+is a usage error (exit 2). Both sides of the comparison run with dropout disabled and the same seed.
+"""
+    + SHAPES
+    + "."
 )
 
 

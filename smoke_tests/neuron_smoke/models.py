@@ -35,6 +35,8 @@ class ModelSpec:
     # Extra runs under torch.autocast on the device, compared with the float32 CPU reference (the default model).
     autocast: tuple[torch.dtype, ...] = ()
     optimizer: torch.optim.Optimizer | None = None  # the factory's own, over `model`'s parameters (--steps)
+    # The `--model` factory (None for the default model): the shape sweep calls one that takes a `shape` keyword.
+    factory: Callable[..., Any] | None = None
 
     def inputs_on(self, device: str) -> tuple[tuple[Any, ...], dict[str, Any]]:
         def move(t: Any) -> Any:
@@ -138,7 +140,7 @@ def load(spec: str | None) -> ModelSpec:
     if not callable(loss_fn):
         raise UsageError(f"--model {spec}: loss_fn is a {type(loss_fn).__name__}, not callable; {CONTRACT}")
     optimizer = _optimizer(spec, model, made[3]) if len(made) == 4 else None
-    made_spec = ModelSpec(model, args, kwargs, loss_fn, spec, optimizer=optimizer)
+    made_spec = ModelSpec(model, args, kwargs, loss_fn, spec, optimizer=optimizer, factory=factory)
     _check_on_cpu(made_spec)
     return made_spec
 

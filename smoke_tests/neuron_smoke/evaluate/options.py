@@ -10,6 +10,7 @@ from neuron_smoke import EXIT_USAGE
 from neuron_smoke.context import Options
 from neuron_smoke.errors import UsageError
 from neuron_smoke.evaluate import PRECISIONS, steps
+from neuron_smoke.evaluate.shapes import SWEEP_STEPS
 
 
 def _positive_int(value: str) -> int:
@@ -32,7 +33,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group("model evaluation (instead of the stages; see smoke_tests/README.md)")
     g.add_argument("--record", type=Path, metavar="DIR", help="record a baseline of --model on --device into DIR")
     g.add_argument("--baseline", type=Path, metavar="DIR", help="compare --model on --device with this baseline")
-    g.add_argument("--shapes", metavar="1x128,8x128", help="sweep the first input over these shapes (compiled)")
+    g.add_argument("--shapes", metavar="1x128,8x128", help="the compiled training step at each input shape (see below)")
+    g.add_argument(
+        "--sweep-steps",
+        type=_positive_int,
+        metavar="N",
+        help=f"timed steps per --shapes shape for p50/p95 ({SWEEP_STEPS})",
+    )
     g.add_argument("--eval-report", type=Path, metavar="DIR", help="report.json/.md/.html here (--record: DIR)")
     g.add_argument(
         "--precision",
@@ -88,6 +95,7 @@ def run_evaluation(options: Options, args: argparse.Namespace) -> int:
             full_tensor_limit=args.full_tensor_limit or DEFAULT_FULL_LIMIT,
             steps=args.steps,
             compile_backend=options.compile_backend,
+            sweep_steps=args.sweep_steps or SWEEP_STEPS,
         )
         spec = models.load(options.model)
         return evaluate(opts, spec)

@@ -56,6 +56,7 @@ def layer_errors(layers: list[dict[str, Any]], rtol: float) -> bytes | None:
 
 
 def sweep_times(rows: list[dict[str, Any]]) -> bytes | None:
+    """Per shape: the compile, and the step's p50 with a whisker up to its p95 (the spread of the timed steps)."""
     if not available() or not rows:
         return None
     shapes = [r["shape"] for r in rows]
@@ -65,10 +66,12 @@ def sweep_times(rows: list[dict[str, Any]]) -> bytes | None:
     x = list(range(len(shapes)))
     ax.bar([i - 0.2 for i in x], [r["compile_s"] for r in rows], width=0.4, label="compile (s)", color="tab:red")
     ax2 = ax.twinx()
-    ax2.bar([i + 0.2 for i in x], [r["steady_p50_ms"] for r in rows], width=0.4, label="steady p50 (ms)")
+    p50 = [r["p50_ms"] for r in rows]
+    spread = [[0.0] * len(rows), [r["p95_ms"] - r["p50_ms"] for r in rows]]
+    ax2.bar([i + 0.2 for i in x], p50, width=0.4, yerr=spread, capsize=3, label="step p50, whisker to p95 (ms)")
     ax.set_xticks(x, shapes, rotation=30, fontsize=8)
     ax.set_ylabel("compile time (s)")
-    ax2.set_ylabel("steady state p50 (ms)")
+    ax2.set_ylabel("training step (ms)")
     fig.legend(loc="upper left", fontsize=8, ncols=2)
     return _png(fig)
 

@@ -28,6 +28,7 @@ from neuron_smoke.evaluate import (
     sweep,
     verdict,
 )
+from neuron_smoke.evaluate.shapes import SWEEP_STEPS
 from neuron_smoke.evaluate.steps import resolve as resolve_steps
 from neuron_smoke.evaluate.tensors import DEFAULT_FULL_LIMIT
 from neuron_smoke.host import host_facts
@@ -50,6 +51,7 @@ class EvalOptions:
     full_tensor_limit: int = DEFAULT_FULL_LIMIT
     compile_backend: str | None = None
     steps: int | None = None  # --steps; None: the baseline's (1 without one: the single step only)
+    sweep_steps: int = SWEEP_STEPS
 
 
 def versions(backend: Backend) -> dict[str, str]:
@@ -98,7 +100,7 @@ def evaluate(opts: EvalOptions, spec: ModelSpec) -> int:
     if base is not None:
         identity.check(base.index["model"], current, str(opts.baseline))
     if opts.shapes:
-        sweep.check((spec.args, spec.kwargs), opts.shapes)
+        sweep.check(spec, opts.shapes)
     backend = resolve(opts.device)
     try:
         module = _open_device(backend)
@@ -261,12 +263,9 @@ def _measure(
     if opts.shapes:
         compile_backend = data["device"]["compile_backend"]
         data["sweep"], compile_error = sweep.run(
-            spec.model, (spec.args, spec.kwargs), opts.shapes, backend.device_type, compile_backend, opts.iterations,
-            sync, module or None,
-        )  # fmt: skip
-        sw = data["sweep"]
-        print(f"  sweep: {sw['compiles']} graph(s) for {sw['distinct_shapes']} shape(s); {sweep.cache_note(sw)}",
-              flush=True)  # fmt: skip
+            spec, opts.shapes, backend.device_type, compile_backend, opts.sweep_steps, sync, module or None, at
+        )
+        print(f"  sweep: {sweep.summary(data['sweep'])}", flush=True)
         phases.done("sweep")
     data["readiness"] = readiness.scan(spec.model, dev.inventory, dev.fallback_ops, compile_error)
     data["readiness"]["compile_tried"] = bool(opts.shapes)

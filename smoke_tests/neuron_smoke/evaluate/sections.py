@@ -7,7 +7,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
-from neuron_smoke.evaluate import plots, sweep
+from neuron_smoke.evaluate import buckets, plots, sweep
 
 MAX_TENSOR_ROWS = 60
 
@@ -192,16 +192,16 @@ def _sweep(sw: dict[str, Any]) -> Section:
     if sw.get("failed_at"):
         s.text.append(f"torch.compile failed at shape {sw['failed_at']}; see Readiness.")
     s.text.append(
-        f"{sw['compiles']} graph(s) compiled for {sw['distinct_shapes']} distinct shape(s) ({sw['recompiles']} "
-        f"recompile(s)); {sweep.cache_note(sw)}. {sw['buckets']['note']}."
+        f"The compiled training step ({sw['step']}), {sw['steps']} timed step(s) a shape after the first: "
+        f"{sweep.summary(sw)}. {sw['buckets']['note']}."
     )
+    s.text += sweep.break_lines(sw) + buckets.lines(sw["buckets"])
     png = plots.sweep_times(sw["shapes"])
     if png is not None:
         s.image = ("report-sweep.png", png)
-    s.headers = ["shape", "graphs compiled", "first call (s)", "compile (s)", "steady p50 (ms)"]
-    s.rows = [
-        [r["shape"], r["compiled_graphs"], r["first_call_s"], r["compile_s"], r["steady_p50_ms"]] for r in sw["shapes"]
-    ]
+    s.headers = ["shape", "graphs", "graph breaks", "first call (s)", "compile (s)", "p50 (ms)", "p95 (ms)", "items/s"]
+    keys = ("shape", "compiled_graphs", "graph_breaks", "first_call_s", "compile_s", "p50_ms", "p95_ms", "items_per_s")
+    s.rows = [[r[k] for k in keys] for r in sw["shapes"]]
     return s
 
 

@@ -10,6 +10,7 @@ from neuron_smoke.errors import UsageError
 # The most elements one swept input may have: 4 GiB at float32, past what a smoke sweep of one input should take
 # (1x99999999999 would ask for 800 GB before failing).
 MAX_ELEMENTS = 2**30
+SWEEP_STEPS = 20  # --sweep-steps' default: timed steps per shape, enough for a p95 that is not the slowest step
 
 
 def parse_shapes(text: str) -> list[tuple[int, ...]]:

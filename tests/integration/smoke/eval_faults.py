@@ -132,3 +132,24 @@ class Fragile(nn.Module):
 def fragile() -> Any:
     torch.manual_seed(0)
     return Fragile(), torch.randn(4, 8, generator=torch.Generator().manual_seed(1))
+
+
+class Masked(nn.Module):
+    """Token ids and an attention mask of one batch and length (two inputs a shape sweep must resize together), and
+    a graph break in the forward (as a print or a .item() would make one)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.embed, self.head = nn.Embedding(50, 16), nn.Linear(16, 4)
+
+    def forward(self, ids: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        h = self.embed(ids) * mask.unsqueeze(-1)
+        torch._dynamo.graph_break()
+        out: torch.Tensor = self.head(h.sum(1) / mask.sum(1, keepdim=True))
+        return out
+
+
+def masked() -> Any:
+    torch.manual_seed(0)
+    ids = torch.randint(0, 50, (4, 12), generator=torch.Generator().manual_seed(1))
+    return Masked(), {"ids": ids, "mask": torch.ones(4, 12, dtype=torch.long)}

@@ -17,6 +17,7 @@ HERE = Path(__file__).resolve().parent
 MLP = "neuron_smoke.examples.mlp:factory"
 FAULTY = "eval_faults:factory"
 FAST = ("--iterations", "3", "--warmup", "1")
+SWEEP = ("--sweep-steps", "3")
 FP32 = ("--precision", "fp32")  # a 1 % fault is within the bfloat16 bound: the fault tests compare in float32
 TIMEOUT = 300.0  # a transformer run imports transformers and compiles once; generous for a loaded 2-core machine
 
@@ -68,17 +69,17 @@ def test_record_writes_a_portable_baseline(mlp_baseline: Path) -> None:
 def test_compare_on_the_device_passes_and_renders_every_report(
     sim_env: dict[str, str], mlp_baseline: Path, tmp_path: Path, forkserver: ForkServer
 ) -> None:
-    run = compare(_env(sim_env), tmp_path, mlp_baseline, MLP, forkserver, "--shapes", "4x32,8x32,4x32")
+    run = compare(_env(sim_env), tmp_path, mlp_baseline, MLP, forkserver, "--shapes", "4x32,8x32,4x32", *SWEEP)
     assert run.returncode == 0, run.output
     data = json.loads((tmp_path / "compare" / "report.json").read_text())
     assert data["mode"] == "compare" and data["device"]["backend"] == "neuron"
     sweep = data["sweep"]
-    assert (sweep["backend"], sweep["compiles"], sweep["recompiles"]) == ("neuron", 2, 1)
+    assert (sweep["backend"], sweep["compiles"], sweep["recompiles"], sweep["graph_breaks"]) == ("neuron", 2, 1, 0)
     assert [r["compiled_graphs"] for r in sweep["shapes"]] == [1, 1, 0]
-    # The simulated compile cache (torch_neuronx.compile_cache_stats(), a fresh NEFF cache) compiled the same graphs.
-    assert (sweep["device_compiles"], sweep["device_cache_hits"]) == (2, 0)
-    assert sweep["device_recompiles"] == sweep["recompiles"]
-    assert "device compile cache: 2 compile(s), 0 cache hit(s), 1 recompile(s) (agrees)" in run.output
+    # The simulated compile cache (torch_neuronx.compile_cache_stats(), a fresh NEFF cache) compiled the training
+    # step's forward and backward graph at each new shape, and nothing for the repeat.
+    assert [r["device_graphs"] for r in sweep["shapes"]] == [2, 2, 0] and sweep["device_recompiles"] == 1
+    assert "device compile cache: 4 graph(s) compiled or loaded, 1 recompile(s) (agrees)" in run.output
     assert data["readiness"]["compile_tried"] and data["readiness"]["compile_failure"] is None
     assert data["origins"] == {"baseline": [], "cpu": []}
     assert all(r["ok"] for r in data["tensors"]) and len(data["tensors"]) == 24
@@ -90,7 +91,7 @@ def test_compare_on_the_device_passes_and_renders_every_report(
     assert base64.b64decode(png).startswith(b"\x89PNG")  # the layer plot, embedded
     markdown = (tmp_path / "compare" / "report.md").read_text()
     assert "![Per layer](report-layers.png)" in markdown and (tmp_path / "compare" / "report-layers.png").is_file()
-    assert "2 graph(s) compiled for 2 distinct shape(s) (1 recompile(s))" in markdown
+    assert "2 graph(s) compiled for 2 distinct shape(s) (1 recompile(s), 0 graph break(s))" in markdown
     assert html.count("data:image/png;base64,") == 2  # the layers and the sweep
 
 
@@ -196,9 +197,34 @@ def test_usage_errors_and_a_missing_device(base_env: dict[str, str], tmp_path: P
     assert no_model.returncode == 2 and "need --model" in no_model.output
     bad_shape = fverify(base_env, "--device", "cpu", "--model", MLP, "--shapes", "8xx", tmp=tmp_path)
     assert bad_shape.returncode == 2 and "is not a shape like 8x128" in bad_shape.output
+    no_steps = fverify(base_env, "--device", "cpu", "--model", MLP, "--shapes", "8x32", "--sweep-steps", "0",
+                       tmp=tmp_path)  # fmt: skip
+    assert no_steps.returncode == 2 and "--sweep-steps: must be > 0: 0" in no_steps.output
     missing = fverify(base_env, "--device", "neuron", "--model", MLP, "--record", str(tmp_path / "b"), tmp=tmp_path)
     assert missing.returncode == 3 and "cannot import torch_neuronx" in missing.output
     assert not (tmp_path / "b").exists() and not (tmp_path / "report.json").exists()
+
+
+def test_the_sweep_resizes_every_input_and_counts_graph_breaks_apart_from_recompiles(
+    sim_env: dict[str, str], tmp_path: Path, forkserver: ForkServer
+) -> None:
+    """Ids and a mask of one batch and length, and a graph break in the forward: the mask follows the ids (no false
+    compile failure), each shape compiles the broken forward's two graphs once, and the break is no recompile."""
+    report = tmp_path / "scan"
+    args = ("--model", "eval_faults:masked", "--shapes", "3x12,6x12,3x12", "--eval-report", str(report), *FAST, *SWEEP)
+    run = verify(_env(sim_env), "--device", "neuron", *args, tmp=tmp_path, timeout=TIMEOUT, forked=forkserver)
+    assert run.returncode == 0, run.output
+    sweep = json.loads((report / "report.json").read_text())["sweep"]
+    assert sweep["failed_at"] is None and [r["shape"] for r in sweep["shapes"]] == ["3x12", "6x12", "3x12"]
+    assert (sweep["compiles"], sweep["recompiles"], sweep["graph_breaks"], sweep["device_recompiles"]) == (4, 1, 1, 1)
+    assert [r["compiled_graphs"] for r in sweep["shapes"]] == [2, 2, 0]
+    assert sweep["shapes"][0]["break_reasons"][0]["where"] == f"{HERE / 'eval_faults.py'}:{_line_of('graph_break()')}"
+    assert all(0 < r["p50_ms"] <= r["p95_ms"] and r["items_per_s"] > 0 for r in sweep["shapes"])
+    assert [(p["bucket"], p["covers"]) for p in sweep["buckets"]["padding"]] == [("4x12", ["3x12"]), ("8x12", ["6x12"])]
+    assert "4 graph(s) compiled for 2 distinct shape(s) (1 recompile(s), 1 graph break(s))" in run.output
+    markdown = (report / "report.md").read_text()
+    assert "bucket 8x12 covers 6x12: 25% padding" in markdown and "graph break at " in markdown
+    assert (report / "report-sweep.png").is_file()
 
 
 def test_a_healthy_model_with_dropout_passes_on_the_device(

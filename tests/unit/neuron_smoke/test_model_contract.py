@@ -12,7 +12,7 @@ import torch
 
 from neuron_smoke import models
 from neuron_smoke.errors import UsageError
-from neuron_smoke.model_contract import CONTRACT
+from neuron_smoke.model_contract import CONTRACT, SHAPES
 from tests import REPO_ROOT
 
 
@@ -42,3 +42,21 @@ def test_a_factory_that_breaks_the_contract_is_told_the_contract(made: object, m
         models.load("contract_factory:factory")
     assert str(raised.value).startswith("--model contract_factory:factory: ")
     assert str(raised.value).endswith(CONTRACT)
+
+
+def test_a_factory_with_a_shape_keyword_is_kept_for_the_sweep_whose_rule_help_states(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from neuron_smoke import cli
+    from neuron_smoke.evaluate import sweep
+
+    module = types.ModuleType("shaped_factory")
+    module.factory = lambda shape=None: (torch.nn.Linear(2, 2), torch.ones(shape or (1, 2)))  # type: ignore[attr-defined]
+    monkeypatch.setitem(sys.modules, "shaped_factory", module)
+    spec = models.load("shaped_factory:factory")
+    assert spec.factory is module.factory and sweep.takes_shape(spec.factory)
+    (inputs, _), _ = sweep.example_at(spec, (3, 2), seed=0)
+    assert inputs[0].shape == (3, 2)
+    with pytest.raises(SystemExit):
+        cli.main(["--help"])
+    assert " ".join(SHAPES.split()) in " ".join(capsys.readouterr().out.split())

@@ -1,4 +1,4 @@
-"""The evaluation's parts in-process: identity checks, sketches, origins, readiness, shape sweep, buckets."""
+"""The evaluation's parts in-process: identity checks, sketches, origins, readiness, shape parsing."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import torch
 from torch import nn
 
 from neuron_smoke.errors import UsageError
-from neuron_smoke.evaluate import baseline, compare, identity, inventory, readiness, shapes, sweep, tensors
+from neuron_smoke.evaluate import baseline, compare, identity, inventory, readiness, shapes, tensors
 from neuron_smoke.examples import mlp
 from neuron_smoke.models import ModelSpec
 
@@ -103,53 +103,6 @@ def test_compile_failure_names_the_op_and_its_module() -> None:
         "aten::_fft_r2c.default": ["spectral"]}}  # fmt: skip
 
 
-class FakeDeviceModule:
-    """A device module whose compile cache reports its compiles (the interface sweep reads): here Dynamo's count
-    of graphs compiled, which a device compiles one for one."""
-
-    def compile_cache_stats(self) -> dict[str, int]:
-        from torch._dynamo.utils import counters
-
-        return {"compiles": counters["stats"]["unique_graphs"]}
-
-
-def test_sweep_counts_one_compile_per_new_shape_and_none_for_a_repeat() -> None:
-    from torch._dynamo.utils import counters
-
-    counters.clear()
-    spec = _spec()
-    shapes = [(4, 32), (8, 32), (4, 32), (12, 32)]
-    result, error = sweep.run(
-        spec.model, (spec.args, spec.kwargs), shapes, "cpu", "aot_eager", 2, lambda: None, FakeDeviceModule()
-    )
-    assert error is None and result["failed_at"] is None
-    assert [r["compiled_graphs"] for r in result["shapes"]] == [1, 1, 0, 1]
-    assert result["compiles"] == 3 == counters["stats"]["unique_graphs"]  # Dynamo's own count agrees
-    assert result["recompiles"] == 2 and result["distinct_shapes"] == 3
-    assert (result["device_compiles"], result["device_cache_hits"], result["device_recompiles"]) == (3, 0, 2)
-    assert "3 compile(s), 0 cache hit(s), 2 recompile(s) (agrees)" in sweep.cache_note(result)
-    assert result["buckets"]["boundaries"] == {"0": [4, 8, 16]}
-    assert all(r["first_call_s"] > r["steady_p50_ms"] / 1e3 for r in result["shapes"] if r["compiled_graphs"])
-
-
-def test_sweep_without_a_device_cache_count_says_so() -> None:
-    spec = _spec()
-    result, error = sweep.run(
-        spec.model, (spec.args, spec.kwargs), [(4, 32)], "cpu", "aot_eager", 1, lambda: None, object()
-    )
-    assert error is None and result["compiles"] == 1 and result["device_compiles"] is None
-    assert "not reported (no compile_cache_stats() on the device module" in sweep.cache_note(result)
-    assert "DIFFERS from Dynamo's 2" in sweep.cache_note({**result, "compiles": 2, "device_compiles": 1,
-                                                           "device_cache_hits": 0, "device_recompiles": 0})  # fmt: skip
-
-
-def test_buckets_say_when_padding_saves_compiles() -> None:
-    found = sweep.suggest_buckets([(1, 128), (8, 128), (8, 512), (8, 300), (8, 500)])
-    assert found["boundaries"] == {"0": [1, 8], "1": [128, 512]}
-    assert (found["compiles_now"], found["compiles_bucketed"]) == (5, 3)
-    assert "would compile 3 graph(s) instead of 5" in found["note"]
-
-
 @pytest.mark.parametrize(
     ("text", "message"),
     [("8x", "not a shape"), ("8x0", "<= 0"), (",", "at least one shape")],
@@ -157,18 +110,6 @@ def test_buckets_say_when_padding_saves_compiles() -> None:
 def test_bad_shapes_are_usage_errors(text: str, message: str) -> None:
     with pytest.raises(UsageError, match=message):
         shapes.parse_shapes(text)
-
-
-def test_a_shape_of_the_wrong_rank_is_refused() -> None:
-    with pytest.raises(UsageError, match="has 3 dimensions, the model's first input 16x32 has 2"):
-        sweep.inputs_for((_spec().args, {}), (1, 2, 3), seed=0)
-
-
-def test_the_sweep_resizes_a_keyword_input_and_keeps_the_others() -> None:
-    mask = torch.ones(2, 5)
-    args, kwargs = sweep.inputs_for(((), {"ids": torch.arange(10).reshape(2, 5), "mask": mask}), (3, 7), seed=0)
-    assert args == () and kwargs["ids"].shape == (3, 7) and kwargs["ids"].dtype == torch.int64
-    assert int(kwargs["ids"].min()) >= 0 and int(kwargs["ids"].max()) <= 9 and kwargs["mask"] is mask
 
 
 def test_without_safetensors_a_baseline_round_trips_through_torch_save(

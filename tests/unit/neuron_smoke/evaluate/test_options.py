@@ -12,6 +12,7 @@ from neuron_smoke import EXIT_USAGE
 from neuron_smoke.context import Options
 from neuron_smoke.errors import UsageError
 from neuron_smoke.evaluate import options, run
+from neuron_smoke.evaluate.shapes import SWEEP_STEPS
 from neuron_smoke.evaluate.tensors import DEFAULT_FULL_LIMIT
 
 MLP = "neuron_smoke.examples.mlp:factory"
@@ -32,12 +33,15 @@ def test_the_arguments_parse_and_request_the_evaluation(tmp_path: Path) -> None:
     assert not options.evaluation_requested(_parser().parse_args(["--eval-report", str(tmp_path)]))
 
 
+@pytest.mark.parametrize("option", ["--full-tensor-limit", "--sweep-steps"])
 @pytest.mark.parametrize("value", ["0", "-3"])
-def test_a_tensor_limit_below_one_is_refused(value: str, capsys: pytest.CaptureFixture[str]) -> None:
+def test_a_tensor_limit_or_sweep_steps_below_one_is_refused(
+    option: str, value: str, capsys: pytest.CaptureFixture[str]
+) -> None:
     with pytest.raises(SystemExit) as exc:
-        _parser().parse_args(["--full-tensor-limit", value])
+        _parser().parse_args([option, value])
     assert exc.value.code == EXIT_USAGE
-    assert f"must be > 0: {value}" in capsys.readouterr().err
+    assert f"{option}: must be > 0: {value}" in capsys.readouterr().err
 
 
 def _capture_evaluate(monkeypatch: pytest.MonkeyPatch) -> list[tuple[run.EvalOptions, Any]]:
@@ -63,11 +67,12 @@ def test_the_options_reach_evaluate_with_the_defaults_filled_in(
     assert (
         opts.rtol is None and opts.precision is None
     )  # evaluate() takes the precision's bound and the release's default
-    assert opts.full_tensor_limit == DEFAULT_FULL_LIMIT
+    assert opts.full_tensor_limit == DEFAULT_FULL_LIMIT and opts.sweep_steps == SWEEP_STEPS == 20
     assert spec.name == MLP
-    args = _parser().parse_args(["--record", str(tmp_path), "--full-tensor-limit", "9"])
+    args = _parser().parse_args(["--record", str(tmp_path), "--full-tensor-limit", "9", "--sweep-steps", "3"])
     options.run_evaluation(Options(device="cpu", model=MLP, model_rtol=0.25, compile_backend="eager"), args)
     assert (calls[1][0].rtol, calls[1][0].full_tensor_limit, calls[1][0].compile_backend) == (0.25, 9, "eager")
+    assert calls[1][0].sweep_steps == 3
     assert calls[1][0].shapes is None
 
 

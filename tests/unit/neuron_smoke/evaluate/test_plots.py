@@ -51,8 +51,8 @@ def test_layer_errors_draws_a_reference_that_is_absent_or_zero(tmp_path: Path) -
 
 def test_sweep_times_and_fallback_modules_are_pngs(tmp_path: Path) -> None:
     rows = [
-        {"shape": "1x8", "compile_s": 1.5, "steady_p50_ms": 0.2},
-        {"shape": "4x8", "compile_s": 0.0, "steady_p50_ms": 3},
+        {"shape": "1x8", "compile_s": 1.5, "p50_ms": 0.2, "p95_ms": 0.5},
+        {"shape": "4x8", "compile_s": 0.0, "p50_ms": 3, "p95_ms": 3},
     ]
     assert _written(tmp_path, "sweep.png", plots.sweep_times(rows)) == (7 * DPI, int(3.2 * DPI))
     fallback = [{"module": "a", "op": "aten::gelu", "calls": 4}, {"module": None, "op": "aten::erfinv", "calls": None}]
@@ -69,7 +69,7 @@ def test_without_matplotlib_there_are_no_plots(monkeypatch: pytest.MonkeyPatch) 
     monkeypatch.setattr(plots.importlib.util, "find_spec", lambda name: None)
     assert not plots.available()
     assert plots.layer_errors(_layers(2), 1e-3) is None
-    assert plots.sweep_times([{"shape": "1x8", "compile_s": 1.0, "steady_p50_ms": 1.0}]) is None
+    assert plots.sweep_times([{"shape": "1x8", "compile_s": 1.0, "p50_ms": 1.0, "p95_ms": 1.0}]) is None
     assert plots.fallback_modules([{"module": "a", "op": "gelu", "calls": 1}]) is None
 
 

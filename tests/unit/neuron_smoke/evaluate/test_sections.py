@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from neuron_smoke.evaluate import plots, sections
+from neuron_smoke.evaluate import buckets, plots, sections
 from tests.unit.neuron_smoke.evaluate._readiness import nothing_found
 
 
@@ -133,30 +133,45 @@ def test_readiness_lists_every_finding_or_says_nothing_was_found() -> None:
 
 
 def _sweep() -> dict[str, Any]:
+    row = {"compiled_graphs": 2, "graph_breaks": 1, "p95_ms": 0.3, "items_per_s": 10.0}
+    reason = {"reason": "graph_break()", "where": "m.py:3"}
     rows = [
-        {"shape": "1x8", "compiled_graphs": 1, "first_call_s": 2.0, "compile_s": 1.9, "steady_p50_ms": 0.1},
-        {"shape": "2x8", "compiled_graphs": 1, "first_call_s": 1.0, "compile_s": 0.9, "steady_p50_ms": 0.2},
+        row | {"shape": "1x8", "first_call_s": 2.0, "compile_s": 1.9, "p50_ms": 0.1, "break_reasons": [reason]},
+        row | {"shape": "2x8", "first_call_s": 1.0, "compile_s": 0.9, "p50_ms": 0.2, "break_reasons": [reason]},
     ]
     return {
         "shapes": rows,
-        "compiles": 2,
+        "step": "forward, loss, backward",
+        "steps": 5,
+        "compiles": 4,
         "recompiles": 1,
+        "graph_breaks": 1,
         "distinct_shapes": 2,
-        "device_compiles": None,
+        "device_graphs": None,
         "failed_at": "4x8",
-        "buckets": {"note": "padding to buckets would not save compiles"},
+        "buckets": buckets.suggest([(1, 8), (2, 8), (3, 8)]) | {"note": "padding to buckets would save 1 compile"},
     }
 
 
-def test_the_sweep_section_tells_the_compiles_and_where_it_failed() -> None:
+def test_the_sweep_section_tells_recompiles_graph_breaks_spread_and_buckets() -> None:
     section = {s.title: s for s in sections.build_sections(_scan_data(sweep=_sweep()))}[
         "Shape sweep (torch.compile, dynamic=False)"
     ]
     assert section.text[0] == "torch.compile failed at shape 4x8; see Readiness."
-    assert section.text[1].startswith("2 graph(s) compiled for 2 distinct shape(s) (1 recompile(s)); device compile")
-    assert section.text[1].endswith("padding to buckets would not save compiles.")
+    assert section.text[1].startswith(
+        "The compiled training step (forward, loss, backward), 5 timed step(s) a shape after the first: 4 graph(s) "
+        "compiled for 2 distinct shape(s) (1 recompile(s), 1 graph break(s)); device compile cache: not reported"
+    )
+    assert section.text[1].endswith("padding to buckets would save 1 compile.")
+    assert section.text[2:] == [
+        "graph break at m.py:3: graph_break() (shapes 1x8, 2x8)",
+        "bucket 1x8 covers 1x8: 0% padding",
+        "bucket 2x8 covers 2x8: 0% padding",
+        "bucket 4x8 covers 3x8: 25% padding",
+    ]
+    assert section.headers[-3:] == ["p50 (ms)", "p95 (ms)", "items/s"]
     assert section.rows == [
-        [r["shape"], 1, r["first_call_s"], r["compile_s"], r["steady_p50_ms"]] for r in _sweep()["shapes"]
+        [r["shape"], 2, 1, r["first_call_s"], r["compile_s"], r["p50_ms"], 0.3, 10.0] for r in _sweep()["shapes"]
     ]
 
 
