@@ -27,8 +27,8 @@ record = os.environ.get("FAKE_NCCOM_RECORD")
 if record:
     keep = ("NEURON_RT_ROOT_COMM_ID", "CCOM_SOCKET_IFNAME", "NEURON_RT_VISIBLE_CORES")
     seen = {{"argv": sys.argv, "env": {{k: os.environ[k] for k in keep if k in os.environ}}}}
-    with open(record, "w") as file:
-        json.dump(seen, file)
+    with open(record, "a") as file:
+        file.write(json.dumps(seen) + "\\n")
 mode = os.environ.get("FAKE_NCCOM_MODE", "pass")
 if mode == "hang":
     child = subprocess.Popen(["sleep", "600"])
@@ -49,13 +49,18 @@ print("Avg bus bandwidth:      23.5450GB/s")
 
 
 def write_fake(folder: Path) -> Path:
-    """A folder holding a stand-in `nccom-test`: FAKE_NCCOM_RECORD=FILE records its argv and environment there,
+    """A folder holding a stand-in `nccom-test`: FAKE_NCCOM_RECORD=FILE gets a line of its argv and environment,
     FAKE_NCCOM_MODE=pass|fail|hang (FAKE_NCCOM_CHILD=FILE: the pid of the child a hanging one starts)."""
     folder.mkdir(parents=True, exist_ok=True)
     fake = folder / "nccom-test"
     fake.write_text(FAKE.format(python=sys.executable))
     fake.chmod(0o755)
     return folder
+
+
+def records(path: Path) -> list[dict[str, Any]]:
+    """What the fake recorded, one entry a run."""
+    return [json.loads(line) for line in path.read_text().splitlines()]
 
 
 def free_port() -> int:
@@ -101,7 +106,7 @@ def run_node0(session: rendezvous.Session, timeout_s: float = 60.0) -> tuple[Sta
 def test_node0_runs_the_documented_command_and_passes(host: Path, node0: rendezvous.Session) -> None:
     log, published = run_node0(node0)
     assert not log.failures, log.failures
-    seen = json.loads((host / "record.json").read_text())
+    (seen,) = records(host / "record.json")
     report = seen["argv"][-1]
     assert seen["argv"] == [
         str(host / "bin" / "nccom-test"),
