@@ -66,6 +66,7 @@ TABLE = (
     Entry("fabric", "cluster: the release's libfabric provider, EFA device count", "stage_fabric:run"),
     Entry("consistency", "cluster: one version and one graph on every node", "stage_consistency:run"),
     Entry("allreduce", "cluster: all_reduce across nodes checked, bus bandwidth", "stage_allreduce:run"),
+    Entry("nccom", "cluster: Neuron's nccom-test all_reduce across the nodes, --check", "stage_nccom:run"),
 )
 
 

@@ -32,6 +32,7 @@ import pytest
 
 from tests import REPO_ROOT
 from tests.integration.smoke.conftest import make_base_env, processes_tagged
+from tests.unit.neuron_smoke.test_stage_nccom import records, write_fake
 
 SITE = Path(__file__).with_name("cluster_site")
 PYTHONPATH = [str(REPO_ROOT / "src"), str(REPO_ROOT / "smoke_tests")]
@@ -78,21 +79,24 @@ def run_cluster(
     per_node: dict[int, dict[str, Any]] | None = None,
     absent: tuple[int, ...] = (),
     join_timeout: float = 30.0,
+    nodes: int = 4,
+    env_all: dict[str, str] | None = None,
 ) -> dict[str, Any]:
-    """4 nodes (one verify-device process each, started together); the ones in `absent` are never started.
+    """`nodes` nodes (one verify-device process each, started together, each with `env_all` set); the ones in
+    `absent` are never started.
     `per_node[rank]` may set `inject` (cluster_site), `pythonpath` (folders first on it) and `path` (a PATH folder);
     a node whose injector stops it (`hang_in_allreduce`) is killed once the others have exited."""
     per_node = per_node or {}
     port, reports, tag = free_port(), folder / "reports", f"NEURON_SMOKE_TEST_TAG_{uuid.uuid4().hex}"
     procs = {}
     start = time.monotonic()
-    for rank in (r for r in range(4) if r not in absent):
+    for rank in (r for r in range(nodes) if r not in absent):
         own = per_node.get(rank, {})
-        env = node_env(folder, facts, tag, own.get("pythonpath", []), own.get("path"))
+        env = {**node_env(folder, facts, tag, own.get("pythonpath", []), own.get("path")), **(env_all or {})}
         if own.get("inject"):
             env["NEURON_CLUSTER_INJECT"] = own["inject"]
         argv = [sys.executable, "-m", "neuron_smoke", "--device", "cpu", "--stages", stages, "--timeout", "90"]
-        argv += ["--nnodes", "4", "--node-rank", str(rank), "--master", f"127.0.0.2:{port}"]
+        argv += ["--nnodes", str(nodes), "--node-rank", str(rank), "--master", f"127.0.0.2:{port}"]
         argv += ["--local-addr", f"127.0.0.{rank + 2}", "--join-timeout", str(join_timeout)]
         argv += ["--report-dir", str(reports), "--allreduce-max-bytes", "65536"]
         out = (folder / f"node-{rank}.out").open("w")
@@ -108,7 +112,7 @@ def run_cluster(
     for rank in procs:
         print(f"---- node {rank} exit {codes[rank]}\n{(folder / f'node-{rank}.out').read_text()}")
     verdict = subprocess.run(
-        [sys.executable, "-m", "neuron_torch", "cluster-report", str(reports), "--expect", "4"],
+        [sys.executable, "-m", "neuron_torch", "cluster-report", str(reports), "--expect", str(nodes)],
         env={**os.environ, "PYTHONPATH": os.pathsep.join(PYTHONPATH)},
         capture_output=True,
         text=True,
@@ -249,3 +253,38 @@ def test_a_frozen_node_is_given_up_on_within_seconds_not_the_collective_timeout(
         assert survivor["duration_s"] < 30, survivor["duration_s"]
     assert [node(run["table"], r)["verdict"] for r in range(4)] == ["PASS", "PASS", "FAIL", "PASS"]
     assert node(run["table"], 2)["stages"]["allreduce"] == "hung"
+
+
+def test_nccom_runs_once_on_node0_and_every_node_holds_its_verdict(tmp_path: Path, facts: Path) -> None:
+    fake, record = write_fake(tmp_path / "neuron-bin"), tmp_path / "nccom-record.jsonl"
+    env = {"FAKE_NCCOM_RECORD": str(record), "NEURON_RT_VISIBLE_CORES": "0-3"}  # 4 cores a node
+    run = run_cluster(tmp_path, facts, "nccom", {0: {"path": fake}, 1: {"path": fake}}, nodes=2, env_all=env)
+    print(f"2-node nccom: {run['elapsed']:.1f}s")
+    assert run["codes"] == {0: 0, 1: 0} and run["verdict"].returncode == 0 and not run["left_behind"]
+    (seen,) = records(record)  # once, by node 0
+    argv = seen["argv"]
+    assert argv[1:5] == ["-r", "8", "-N", "2"]
+    assert argv[argv.index("--hosts") + 1 : argv.index("--check")] == ["127.0.0.2", "127.0.0.3"]
+    assert seen["env"] == {
+        "NEURON_RT_ROOT_COMM_ID": "127.0.0.2:63182",
+        "CCOM_SOCKET_IFNAME": "lo",
+        "NEURON_RT_VISIBLE_CORES": "0-3",
+    }
+    ran, followed = (stage(run["reports"][r], "nccom") for r in (0, 1))
+    assert ran["status"] == "pass" and ran["numbers"]["report"]["written by"] == "the fake nccom-test"
+    assert (
+        followed["status"] == "pass" and followed["numbers"]["ran_on_node"] == 0 and "report" not in followed["numbers"]
+    )
+    assert followed["summary"] == f"node 0 ran it for the cluster: {ran['summary']}"
+    assert [node(run["table"], r)["stages"]["nccom"] for r in (0, 1)] == ["pass", "pass"]
+
+
+def test_a_failing_nccom_fails_every_node(tmp_path: Path, facts: Path) -> None:
+    fake = write_fake(tmp_path / "neuron-bin")
+    env = {"FAKE_NCCOM_MODE": "fail", "NEURON_RT_VISIBLE_CORES": "0-3"}
+    run = run_cluster(tmp_path, facts, "nccom", {0: {"path": fake}}, nodes=2, env_all=env)  # node 1 has none
+    assert run["codes"] == {0: 1, 1: 1} and run["verdict"].returncode == 1 and not run["left_behind"]
+    ran, followed = (stage(run["reports"][r], "nccom") for r in (0, 1))
+    assert ran["failures"][0].startswith("nccom-test exited 1: ") and "1 errors found" in ran["failures"][0]
+    assert followed["failures"] == [f"node 0's nccom-test run: {ran['failures'][0]}"]
+    assert [node(run["table"], r)["verdict"] for r in (0, 1)] == ["FAIL", "FAIL"]
