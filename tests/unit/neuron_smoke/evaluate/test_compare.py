@@ -99,6 +99,8 @@ def test_per_layer_keeps_the_worst_error_of_each_kind_in_forward_order() -> None
         _row("act/head/out/0", "head", 0.3, 0.2),
         _row("act/head#2/out/0", "head", 0.5),
         _row("grad/head.weight", "head", 0.05),
+        _row("actgrad/head/in/0", "head", 0.07),  # what head's backward passes on: a gradient of head's
+        _row("actgrad/head/out/0", "head", 0.09),  # the gradient reaching it: kept apart
         _row("act/fc/out/0", "fc", 0.0),
         _row("weight/extra.w", "extra", 0.01),
         _row("loss", None, 9.0),  # no layer: not in any
@@ -106,8 +108,8 @@ def test_per_layer_keeps_the_worst_error_of_each_kind_in_forward_order() -> None
     layers = compare.per_layer(rows, ["fc", "head", "head#2"])
     assert [e["layer"] for e in layers] == ["fc", "head", "extra"]  # not in the forward order: last
     head = layers[1]
-    assert head["tensors"] == 4 and head["input_vs_cpu"] == 0.1 and head["output_vs_cpu"] == 0.5
-    assert head["grad_vs_cpu"] == 0.05 and head["output_vs_baseline"] == 0.2
+    assert head["tensors"] == 6 and head["input_vs_cpu"] == 0.1 and head["output_vs_cpu"] == 0.5
+    assert head["grad_vs_cpu"] == 0.07 and head["grad_at_output_vs_cpu"] == 0.09 and head["output_vs_baseline"] == 0.2
     assert head["worst_vs_cpu"] == 0.5 and head["worst_vs_baseline"] == 0.2
     assert "worst_vs_baseline" not in layers[0] and layers[2]["weight_vs_cpu"] == 0.01
 
