@@ -44,7 +44,9 @@ def layer_errors(layers: list[dict[str, Any]], rtol: float) -> bytes | None:
     if not available() or not layers:
         return None
     names = [entry["layer"] for entry in layers]
-    fig = _figure(12, max(2.5, 0.22 * len(names) + 1), left=_label_room(names, 12, 7))
+    height = max(2.5, 0.22 * len(names) + 1)
+    fig = _figure(12, height, left=_label_room(names, 12, 7))
+    fig.subplots_adjust(top=1 - 0.3 / height)  # room for the panels' titles
     axes = fig.subplots(1, len(PANELS), sharey=True)
     y = list(range(len(names)))
     for ax, (kind, title) in zip(axes, PANELS, strict=True):
