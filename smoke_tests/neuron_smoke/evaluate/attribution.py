@@ -11,7 +11,7 @@ dropout that followed it.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import torch
@@ -22,11 +22,11 @@ ROOT = "(root)"
 NodeKey = tuple[int, str]  # (sequence number, node name): stable for a node's life, unlike the Python wrapper
 
 
-def _key(node: Any) -> NodeKey:
+def key(node: Any) -> NodeKey:
     return (node._sequence_nr(), node.name())
 
 
-def _next_sequence_nr() -> int:
+def next_sequence_nr() -> int:
     """The sequence number the next autograd node will get (making a throwaway node takes one)."""
     with _disable_current_modes(), torch.enable_grad():
         probe = torch.zeros((), requires_grad=True).view(())
@@ -42,6 +42,22 @@ def _grad_fns(value: Any) -> list[Any]:
     if isinstance(value, list | tuple):
         return [g for v in value for g in _grad_fns(v)]
     return [g for v in getattr(value, "__dict__", {}).values() if isinstance(v, torch.Tensor) for g in _grad_fns(v)]
+
+
+def made_since(roots: list[Any], start: int) -> Iterator[Any]:
+    """Each autograd node made since sequence number `start` that leads to `roots` (a call's outputs' grad_fns), once:
+    the nodes of the call that made them, its inner modules' included."""
+    todo, seen = list(roots), set()
+    while todo:
+        node = todo.pop()
+        if node is None or node.name().endswith("AccumulateGrad") or node._sequence_nr() < start:
+            continue
+        found = key(node)
+        if found in seen:
+            continue
+        seen.add(found)
+        yield node
+        todo.extend(n for n, _ in node.next_functions)
 
 
 class Nesting:
@@ -63,7 +79,7 @@ class Nesting:
         def hook(*_: Any) -> None:
             self.stack.append(label)
             transformed = torch._C._functorch.peek_interpreter_stack() is not None
-            self._starts.append(_next_sequence_nr() if torch.is_grad_enabled() and not transformed else -1)
+            self._starts.append(next_sequence_nr() if torch.is_grad_enabled() and not transformed else -1)
 
         return hook
 
@@ -77,23 +93,14 @@ class Nesting:
     def _claim(self, roots: list[Any], start: int, label: str) -> None:
         """Own the nodes made since `start` that lead to the outputs; an inner module's stay its own, but the walk goes
         through them to reach nodes this module made before calling it."""
-        todo, seen = list(roots), set()
-        while todo:
-            node = todo.pop()
-            if node is None or node.name().endswith("AccumulateGrad") or node._sequence_nr() < start:
-                continue
-            key = _key(node)
-            if key in seen:
-                continue
-            seen.add(key)
-            self.owner.setdefault(key, label)
-            todo.extend(n for n, _ in node.next_functions)
+        for node in made_since(roots, start):
+            self.owner.setdefault(key(node), label)
 
     def current(self) -> str:
         """The innermost module running forward, or the owner of the node running backward; ROOT outside both."""
         node = torch._C._current_autograd_node()
         if node is not None:
-            return self.owner.get(_key(node), ROOT)
+            return self.owner.get(key(node), ROOT)
         return self.stack[-1] if self.stack else ROOT
 
     @staticmethod

@@ -77,30 +77,100 @@ def _cpu(t: torch.Tensor) -> torch.Tensor:
         return t.detach().to("cpu", copy=True)
 
 
+def _adder(cap: Capture, layer: str, name: str) -> Callable[[torch.Tensor], None]:
+    """Keep a gradient as `name`, adding it to what is kept there already (a call passes an input's gradient on along
+    each of its nodes that read the input); the copy and the sum are ours, kept out of the op inventory."""
+
+    def add(grad: torch.Tensor) -> None:
+        with _disable_current_modes():
+            kept = cap.tensors.get(name)
+            cap.tensors[name] = _cpu(grad) if kept is None else kept + _cpu(grad)
+        cap.layer_of[name] = layer
+
+    return add
+
+
+def _keep_output_grads(cap: Capture, layer: str, call: str, outputs: list[torch.Tensor]) -> None:
+    """actgrad/<call>/out/<i>: the gradient reaching each output in backward, from whatever used it."""
+    for i, t in enumerate(outputs):
+        if t.requires_grad:
+            t.register_hook(_adder(cap, layer, f"actgrad/{call}/out/{i}"))  # type: ignore[no-untyped-call]
+
+
+def _input_edges(inputs: list[torch.Tensor]) -> dict[tuple[attribution.NodeKey, int], list[int]]:
+    """Where each input's gradient goes, taken as the call starts (an in-place op in the call moves the tensor's
+    grad_fn on): its autograd node and output number -> the input's place among the call's floating inputs."""
+    edges: dict[tuple[attribution.NodeKey, int], list[int]] = {}
+    for i, t in enumerate(inputs):
+        if t.grad_fn is not None:
+            edges.setdefault((attribution.key(t.grad_fn), t.output_nr), []).append(i)
+    return edges
+
+
+def _keep_input_grads(cap: Capture, layer: str, call: str, outputs: list[torch.Tensor], start: int, edges: Any) -> None:
+    """actgrad/<call>/in/<i>: the gradient the call passes on to each input, its own part only (a tensor that other
+    modules read too gets the sum of all their parts), taken from the call's own nodes' edges into the input; no node
+    is added to the graph, so the model's backward runs as it would. Inputs that are leaves get none."""
+    for node in attribution.made_since([t.grad_fn for t in outputs], start):
+        for slot, (target, nr) in enumerate(node.next_functions):
+            for i in edges.get((attribution.key(target), nr), []) if target is not None else []:
+                node.register_hook(_at_slot(_adder(cap, layer, f"actgrad/{call}/in/{i}"), slot))
+
+
+def _at_slot(keep: Callable[[torch.Tensor], None], slot: int) -> Callable[..., None]:
+    """A node hook that keeps the gradient the node sends along its edge number `slot`."""
+
+    def hook(grad_inputs: tuple[torch.Tensor | None, ...], _grad_outputs: Any) -> None:
+        grad = grad_inputs[slot]
+        if grad is not None:
+            keep(grad)
+
+    return hook
+
+
 def _hook_modules(model: nn.Module, cap: Capture) -> list[Any]:
+    """Pre and post forward hooks on every module, the root included (as ROOT): each call's floating-point inputs and
+    outputs (act/<call>/in|out/<i>) and, in backward, the gradients at them (actgrad/<call>/in|out/<i>: `out` the
+    gradient reaching the call from what used its outputs, `in` the one the call passes on to its inputs)."""
     handles = []
     seen: dict[str, int] = {}
+    running: dict[str, list[tuple[str, int, Any]]] = {}  # module -> its calls in progress: (call, start, edges)
 
-    def make(name: str) -> Callable[..., None]:
-        def hook(_mod: nn.Module, args: Any, kwargs: Any, out: Any) -> None:
-            if inv.transform_active():  # batched or functional tensors of a vmap/grad: no values of their own
+    def make(name: str) -> tuple[Callable[..., None], Callable[..., None]]:
+        def enter(_mod: nn.Module, args: Any, kwargs: Any) -> None:
+            if inv.transform_active():
+                return
+            count = seen[name] = seen.get(name, 0) + 1
+            call = name if count == 1 else f"{name}#{count}"
+            grad = torch.is_grad_enabled()
+            start = attribution.next_sequence_nr() if grad else -1
+            running.setdefault(name, []).append(
+                (call, start, _input_edges(float_leaves((args, kwargs))) if grad else {})
+            )
+
+        def leave(_mod: nn.Module, args: Any, kwargs: Any, out: Any) -> None:
+            if inv.transform_active() or not running.get(name):  # batched or functional tensors: no values of their own
                 cap.under_transform.add(name)
                 return
-            calls = seen[name] = seen.get(name, 0) + 1
-            key = name if calls == 1 else f"{name}#{calls}"
-            cap.order.append(key)
+            call, start, edges = running[name].pop()
+            cap.order.append(call)
             for i, t in enumerate(float_leaves((args, kwargs))):
-                cap.tensors[f"act/{key}/in/{i}"] = _cpu(t)
-                cap.layer_of[f"act/{key}/in/{i}"] = name
-            for i, t in enumerate(float_leaves(out)):
-                cap.tensors[f"act/{key}/out/{i}"] = _cpu(t)
-                cap.layer_of[f"act/{key}/out/{i}"] = name
+                cap.tensors[f"act/{call}/in/{i}"] = _cpu(t)
+                cap.layer_of[f"act/{call}/in/{i}"] = name
+            outputs = float_leaves(out)
+            for i, t in enumerate(outputs):
+                cap.tensors[f"act/{call}/out/{i}"] = _cpu(t)
+                cap.layer_of[f"act/{call}/out/{i}"] = name
+            _keep_output_grads(cap, name, call, outputs)
+            if start >= 0 and edges:
+                _keep_input_grads(cap, name, call, outputs, start, edges)
 
-        return hook
+        return enter, leave
 
     for name, module in model.named_modules():
-        if name:
-            handles.append(module.register_forward_hook(make(name), with_kwargs=True))
+        enter, leave = make(name or inv.ROOT)
+        handles.append(module.register_forward_pre_hook(enter, with_kwargs=True))
+        handles.append(module.register_forward_hook(leave, with_kwargs=True))
     return handles
 
 

@@ -8,7 +8,8 @@ Where an error starts: a module whose inputs agree with the reference (error <= 
 (error > rtol) and is at least AMPLIFY times its inputs' error is where the error starts; of nested such modules
 the innermost is named (its parents merely contain it). Modules after it inherit the error through their inputs and
 are not named, including a normalization that lifts an inherited error just under rtol to just over it (seen with
-Llama's final RMSNorm after a fault in the last MLP).
+Llama's final RMSNorm after a fault in the last MLP). The root contains every module: it is named only where no
+module inside it is. Gradients are placed by the same rule, run backward (grad_origins).
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from typing import Any
 import torch
 
 from neuron_smoke.evaluate import tensors
+from neuron_smoke.evaluate.attribution import ROOT
 from neuron_smoke.evaluate.baseline import Baseline
 from neuron_smoke.evaluate.capture import Capture
 
@@ -113,6 +115,8 @@ def per_layer(rows: list[dict[str, Any]], order: list[str]) -> list[dict[str, An
         kind = row["tensor"].split("/")[0]
         if kind == "act":
             kind = "output" if "/out/" in row["tensor"] else "input"
+        elif kind == "actgrad":  # what the layer's backward passes on, or the gradient reaching its outputs
+            kind = "grad" if "/in/" in row["tensor"] else "grad_at_output"
         for ref in REFS:
             value = row[f"vs_{ref}"]
             if value is None:
@@ -124,20 +128,67 @@ def per_layer(rows: list[dict[str, Any]], order: list[str]) -> list[dict[str, An
     return sorted(layers.values(), key=lambda e: (rank.get(e["layer"], len(rank)), e["layer"]))
 
 
-def origins(rows: list[dict[str, Any]], order: list[str], ref: str, rtol: float) -> list[dict[str, Any]]:
-    """Modules where the forward error against `ref` starts (see the module docstring)."""
-    acts: dict[str, dict[str, float]] = {}
+def _by_call(rows: list[dict[str, Any]], ref: str, kind: str) -> dict[str, dict[str, float]]:
+    """The worst error against `ref` of each call's `kind` tensors (kind/<call>/<side>/<i>), per side (in, out)."""
+    worst: dict[str, dict[str, float]] = {}
     for row in rows:
         value = row[f"vs_{ref}"]
-        if not row["tensor"].startswith("act/") or value is None:
+        if not row["tensor"].startswith(f"{kind}/") or value is None:
             continue
         _, call, side, _ = row["tensor"].split("/")
-        worst = acts.setdefault(call, {"in": 0.0, "out": 0.0})
-        worst[side] = max(worst[side], value)
+        entry = worst.setdefault(call, {"in": 0.0, "out": 0.0})
+        entry[side] = max(entry[side], value)
+    return worst
+
+
+def _inside(name: str, parent: str) -> bool:
+    """Whether module `name` is nested in module `parent` (every module is in the root)."""
+    return name != parent and (parent == ROOT or name.startswith(f"{parent}."))
+
+
+def _starts(errors: dict[str, tuple[float, float]], calls: list[str], rtol: float) -> list[dict[str, Any]]:
+    """The calls, in the order given, whose (input, output) error says the error starts there (see the module
+    docstring), less those that merely contain another such call."""
     found: list[dict[str, Any]] = [
-        {"layer": call.split("#")[0], "call": call, "input_error": e["in"], "output_error": e["out"]}
-        for call in order
-        if (e := acts.get(call)) is not None and e["out"] > rtol and e["in"] <= rtol and e["out"] >= AMPLIFY * e["in"]
+        {"layer": call.split("#")[0], "call": call, "input_error": e[0], "output_error": e[1]}
+        for call in calls
+        if (e := errors.get(call)) is not None and e[1] > rtol and e[0] <= rtol and e[1] >= AMPLIFY * e[0]
     ]
     names = {str(f["layer"]) for f in found}
-    return [f for f in found if not any(n.startswith(f"{f['layer']}.") for n in names)]
+    return [f for f in found if not any(_inside(n, f["layer"]) for n in names)]
+
+
+def origins(rows: list[dict[str, Any]], order: list[str], ref: str, rtol: float) -> list[dict[str, Any]]:
+    """Modules where the forward error against `ref` starts: inputs agree, outputs do not."""
+    acts = _by_call(rows, ref, "act")
+    return _starts({call: (e["in"], e["out"]) for call, e in acts.items()}, order, rtol)
+
+
+def grad_origins(rows: list[dict[str, Any]], order: list[str], ref: str, rtol: float) -> list[dict[str, Any]]:
+    """Modules where the gradient error against `ref` starts, in backward order: what the call's backward reads agrees
+    (the gradient reaching its outputs; the forward inputs and outputs of the call and of the modules in it) while
+    what it computes does not (the gradient it passes on to its inputs; the gradients of the parameters in it). An
+    error that starts in forward reaches the forward values of the layers after it and the gradients of those
+    before it (and a layer's own gradient, where the fault scales its output), so it is not named again here."""
+    acts, grads = _by_call(rows, ref, "act"), _by_call(rows, ref, "actgrad")
+    forward, params = _worst_per_layer(rows, ref, "act/"), _worst_per_layer(rows, ref, "grad/")
+    none = {"in": 0.0, "out": 0.0}
+    errors = {}
+    for call in order:
+        layer, act, grad = call.split("#")[0], acts.get(call, none), grads.get(call, none)
+        reads = max(grad["out"], act["in"], act["out"], _within(forward, layer, own=False))
+        errors[call] = (reads, max(grad["in"], _within(params, layer, own=True)))
+    return _starts(errors, order[::-1], rtol)
+
+
+def _worst_per_layer(rows: list[dict[str, Any]], ref: str, prefix: str) -> dict[str, float]:
+    worst: dict[str, float] = {}
+    for row in rows:
+        if row["tensor"].startswith(prefix) and row[f"vs_{ref}"] is not None:
+            worst[row["layer"]] = max(worst.get(row["layer"], 0.0), row[f"vs_{ref}"])
+    return worst
+
+
+def _within(worst: dict[str, float], layer: str, own: bool) -> float:
+    """The worst of the modules inside `layer`, and of `layer` itself when `own`."""
+    return max((e for m, e in worst.items() if _inside(m, layer) or (own and m == layer)), default=0.0)

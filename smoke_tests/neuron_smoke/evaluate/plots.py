@@ -35,23 +35,32 @@ def _png(fig: Any) -> bytes:
     return buf.getvalue()
 
 
+PANELS = (("output", "outputs"), ("grad", "gradients"), ("weight", "updated weights"))
+
+
 def layer_errors(layers: list[dict[str, Any]], rtol: float) -> bytes | None:
+    """One panel each for the layers' outputs, gradients (their weights' and what they pass on) and updated weights:
+    the worst error of the kind per layer, against each reference."""
     if not available() or not layers:
         return None
     names = [entry["layer"] for entry in layers]
-    fig = _figure(9, max(2.5, 0.22 * len(names) + 1), left=_label_room(names, 9, 7))
-    ax = fig.subplots()
+    height = max(2.5, 0.22 * len(names) + 1)
+    fig = _figure(12, height, left=_label_room(names, 12, 7))
+    fig.subplots_adjust(top=1 - 0.3 / height)  # room for the panels' titles
+    axes = fig.subplots(1, len(PANELS), sharey=True)
     y = list(range(len(names)))
-    for offset, ref, color in ((-0.2, "baseline", "tab:blue"), (0.2, "cpu", "tab:orange")):
-        values = [max(entry.get(f"worst_vs_{ref}", 0.0) or 0.0, FLOOR) for entry in layers]
-        if any(entry.get(f"worst_vs_{ref}") is not None for entry in layers):
-            ax.barh([v + offset for v in y], values, height=0.4, color=color, label=f"vs {ref}")
-    ax.axvline(rtol, color="red", linestyle="--", label=f"rtol {rtol:g}")
-    ax.set_xscale("log")
-    ax.set_yticks(y, names, fontsize=7)
-    ax.invert_yaxis()
-    ax.set_xlabel("worst normwise error of the layer's tensors")
-    ax.legend(fontsize=8)
+    for ax, (kind, title) in zip(axes, PANELS, strict=True):
+        for offset, ref, color in ((-0.2, "baseline", "tab:blue"), (0.2, "cpu", "tab:orange")):
+            values = [max(entry.get(f"{kind}_vs_{ref}") or 0.0, FLOOR) for entry in layers]
+            if any(entry.get(f"{kind}_vs_{ref}") is not None for entry in layers):
+                ax.barh([v + offset for v in y], values, height=0.4, color=color, label=f"vs {ref}")
+        ax.axvline(rtol, color="red", linestyle="--", label=f"rtol {rtol:g}")
+        ax.set_xscale("log")
+        ax.set_title(title, fontsize=9)
+        ax.set_xlabel("worst normwise error", fontsize=8)
+    axes[0].set_yticks(y, names, fontsize=7)
+    axes[0].invert_yaxis()
+    axes[0].legend(fontsize=7)
     return _png(fig)
 
 

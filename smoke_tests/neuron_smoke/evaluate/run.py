@@ -286,6 +286,7 @@ def _compare(
     data["missing"] = compare.missing(dev, cpu, base)
     data["layers"] = compare.per_layer(rows, dev.order)
     data["origins"] = {ref: compare.origins(rows, dev.order, ref, rtol) for ref in compare.REFS}
+    data["grad_origins"] = {ref: compare.grad_origins(rows, dev.order, ref, rtol) for ref in compare.REFS}
     if base is not None:
         data["baseline"] = {
             "path": str(base.path),
@@ -298,6 +299,8 @@ def _compare(
     for ref in compare.REFS:
         layers = ", ".join(o["layer"] for o in data["origins"][ref]) or "none"
         print(f"  error starts (vs {ref}): {layers}", flush=True)
+        grads = ", ".join(o["layer"] for o in data["grad_origins"][ref]) or "no layer"
+        print(f"  gradient error starts in {grads} (vs {ref})", flush=True)
     print(f"  tensors: {len(rows)} compared, {len(bad)} beyond rtol {rtol:g} ({opts.precision})", flush=True)
 
 

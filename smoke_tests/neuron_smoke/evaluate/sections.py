@@ -81,13 +81,21 @@ def _origins(data: dict[str, Any]) -> Section:
     s = Section("Where errors start")
     s.text.append(
         "A layer is named when its inputs agree with the reference and its output does not (by at least 10x its "
-        "inputs' error): the error starts there. Later layers inherit it and are not named."
+        "inputs' error): the error starts there. Later layers inherit it and are not named. Gradients by the same "
+        "rule, run backward: a layer's inputs are what its backward reads (the gradient reaching its outputs, its "
+        "forward values), its outputs what it computes (the gradient it passes on to its inputs, its weights' "
+        "gradients). An error that starts in forward is not named again in backward."
     )
-    s.headers = ["reference", "layer", "input error", "output error"]
+    grads = data.get("grad_origins", {})
     for ref, found in data["origins"].items():
-        s.rows += [[ref, o["call"], o["input_error"], o["output_error"]] for o in found]
-        if not found:
-            s.rows.append([ref, "none", None, None])
+        named = [", ".join(o["layer"] for o in f) or "no layer" for f in (found, grads.get(ref, []))]
+        s.text.append(f"Against the {ref}: the error starts in {named[0]}; the gradient error starts in {named[1]}.")
+    s.headers = ["reference", "error in", "layer", "input error", "output error"]
+    for kind, origins in (("outputs", data["origins"]), ("gradients", grads)):
+        for ref, found in origins.items():
+            s.rows += [[ref, kind, o["call"], o["input_error"], o["output_error"]] for o in found]
+            if not found:
+                s.rows.append([ref, kind, "none", None, None])
     return s
 
 
@@ -106,11 +114,11 @@ def _layers(data: dict[str, Any]) -> Section:
 def _tensors(data: dict[str, Any]) -> Section:
     s = Section("Per tensor")
     rows = sorted(data["tensors"], key=lambda r: -max(r["vs_cpu"] or 0.0, r["vs_baseline"] or 0.0))
-    shown = [r for r in rows if not r["tensor"].startswith("act/")][:MAX_TENSOR_ROWS]
+    shown = [r for r in rows if not r["tensor"].startswith(("act/", "actgrad/"))][:MAX_TENSOR_ROWS]
     s.text.append(
-        f"Outputs, loss, gradients and updated weights, worst first ({len(shown)} shown; activations are in the "
-        "JSON). source: device = differs from the same machine's CPU; environment = agrees with the CPU here, "
-        "not with the baseline."
+        f"Outputs, loss, gradients and updated weights, worst first ({len(shown)} shown; activations and the "
+        "gradients at them are in the JSON). source: device = differs from the same machine's CPU; environment = "
+        "agrees with the CPU here, not with the baseline."
     )
     s.headers = ["tensor", "shape", "vs baseline", "vs cpu", "cpu vs baseline", "source", "ok"]
     for r in shown:

@@ -7,6 +7,9 @@ when the layer runs on the `neuron` device, so the same factory is correct on th
 NEURON_EVAL_FAULT_MODEL=package.module:factory  the model to wrap (default: the MLP example)
 NEURON_EVAL_FAULT_LAYER=name                    the module whose output is scaled on the device (none: no fault)
 NEURON_EVAL_FAULT_SCALE=1.01                    the factor (a 1 % error by default)
+NEURON_EVAL_FAULT_PHASE=forward|backward        forward (default): the layer's output is scaled; backward: its
+                                                output is right, the gradient its backward is given is scaled
+                                                (so what it passes on, to its inputs and its weights, is wrong)
 """
 
 from __future__ import annotations
@@ -19,18 +22,39 @@ from torch import nn
 
 from neuron_smoke.models import resolve_factory
 
+PHASES = ("forward", "backward")
 
-def _scale(value: Any, factor: float) -> Any:
-    if isinstance(value, torch.Tensor) and value.is_floating_point() and value.device.type == "neuron":
-        return value * factor
+
+class _GradScale(torch.autograd.Function):
+    """The identity forward; backward, the gradient times `factor`."""
+
+    @staticmethod
+    def forward(ctx: Any, x: torch.Tensor, factor: float) -> torch.Tensor:
+        ctx.factor = factor
+        return x.view_as(x)
+
+    @staticmethod
+    def backward(ctx: Any, grad: torch.Tensor) -> tuple[torch.Tensor, None]:
+        return grad * ctx.factor, None
+
+
+def _scale(value: Any, factor: float, phase: str, device: str) -> Any:
+    if isinstance(value, torch.Tensor) and value.is_floating_point() and value.device.type == device:
+        if phase == "forward":
+            return value * factor
+        return _GradScale.apply(value, factor) if value.requires_grad else value
     if isinstance(value, tuple):
-        return tuple(_scale(v, factor) for v in value)
+        return tuple(_scale(v, factor, phase, device) for v in value)
     return value
 
 
-def inject(model: nn.Module, layer: str, factor: float) -> None:
+def inject(model: nn.Module, layer: str, factor: float, phase: str = "forward", device: str = "neuron") -> None:
+    """Make `layer` wrong by `factor` in `phase` whenever it runs on `device` (a forward hook: copies keep it)."""
+    if phase not in PHASES:
+        raise ValueError(f"fault phase {phase!r}: choose from {', '.join(PHASES)}")
+
     def hook(_module: nn.Module, _args: Any, output: Any) -> Any:
-        return _scale(output, factor)
+        return _scale(output, factor, phase, device)
 
     model.get_submodule(layer).register_forward_hook(hook)
 
@@ -39,7 +63,8 @@ def factory() -> Any:
     made = resolve_factory(os.environ.get("NEURON_EVAL_FAULT_MODEL", "neuron_smoke.examples.mlp:factory"))()
     layer = os.environ.get("NEURON_EVAL_FAULT_LAYER")
     if layer:
-        inject(made[0], layer, float(os.environ.get("NEURON_EVAL_FAULT_SCALE", "1.01")))
+        factor = float(os.environ.get("NEURON_EVAL_FAULT_SCALE", "1.01"))
+        inject(made[0], layer, factor, os.environ.get("NEURON_EVAL_FAULT_PHASE", "forward"))
     return made
 
 

@@ -62,7 +62,8 @@ def test_record_writes_a_portable_baseline(mlp_baseline: Path) -> None:
     assert [r["module"] for r in index["inventory"] if r["op"] == "aten::gelu_backward.default"] == ["act1"]
     assert index["timing"]["iterations"] == 3 and index["timing"]["p95_ms"] >= index["timing"]["p50_ms"] > 0
     assert index["versions"]["torch"].startswith("2.") and index["device"]["backend"] == "cpu"
-    assert index["order"] == ["fc1", "act1", "fc2", "act2", "head"]
+    assert index["order"] == ["fc1", "act1", "fc2", "act2", "head", "(root)"]
+    assert {"actgrad/fc2/out/0", "actgrad/fc2/in/0", "actgrad/(root)/out/0"} <= set(tensors)
     assert (mlp_baseline / "report.html").is_file()
 
 
@@ -81,11 +82,11 @@ def test_compare_on_the_device_passes_and_renders_every_report(
     assert [r["device_graphs"] for r in sweep["shapes"]] == [2, 2, 0] and sweep["device_recompiles"] == 1
     assert "device compile cache: 4 graph(s) compiled or loaded, 1 recompile(s) (agrees)" in run.output
     assert data["readiness"]["compile_tried"] and data["readiness"]["compile_failure"] is None
-    assert data["origins"] == {"baseline": [], "cpu": []}
-    assert all(r["ok"] for r in data["tensors"]) and len(data["tensors"]) == 24
+    assert data["origins"] == data["grad_origins"] == {"baseline": [], "cpu": []}
+    assert all(r["ok"] for r in data["tensors"]) and len(data["tensors"]) == 36
     sketched = next(r for r in data["tensors"] if r["tensor"] == "weight/fc2.weight")
     assert sketched["vs_baseline"] is not None and sketched["vs_baseline"] < 1e-6
-    assert [entry["layer"] for entry in data["layers"]] == ["fc1", "act1", "fc2", "act2", "head"]
+    assert [entry["layer"] for entry in data["layers"]] == ["fc1", "act1", "fc2", "act2", "head", "(root)"]
     html = (tmp_path / "compare" / "report.html").read_text()
     png = html.split("data:image/png;base64,")[1].split("'")[0]
     assert base64.b64decode(png).startswith(b"\x89PNG")  # the layer plot, embedded
@@ -107,11 +108,35 @@ def test_an_error_injected_in_one_layer_is_named_there_and_nowhere_else(
         assert [o["layer"] for o in data["origins"][ref]] == [layer], ref
         assert data["origins"][ref][0]["output_error"] == pytest.approx(0.01, rel=1e-3)
     assert f"error starts (vs cpu): {layer}\n" in run.output
+    assert data["grad_origins"] == {"baseline": [], "cpu": []}  # the gradient inherits it: not named again
+    assert "gradient error starts in no layer (vs cpu)\n" in run.output
     bad = next(r for r in data["tensors"] if r["tensor"] == f"act/{layer}/out/0")
     assert bad["source"] == "device" and not bad["ok"]
     later = next(r for r in data["tensors"] if r["tensor"] == "act/head/out/0")
     assert not later["ok"]  # inherited downstream, yet not named as where the error starts
     assert all(r["ok"] for r in data["tensors"] if r["tensor"].startswith(("act/fc1/", "act/act1/")))
+
+
+def test_an_error_injected_in_one_layer_s_backward_is_named_there_as_where_the_gradient_error_starts(
+    sim_env: dict[str, str], mlp_baseline: Path, tmp_path: Path, forkserver: ForkServer
+) -> None:
+    """fc2's outputs are right, the gradient its backward passes on (to act1 and to its weights) 1 % off."""
+    layer = "fc2"
+    env = _env(sim_env, NEURON_EVAL_FAULT_LAYER=layer, NEURON_EVAL_FAULT_PHASE="backward")
+    run = compare(env, tmp_path, mlp_baseline, FAULTY, forkserver, *FP32)
+    assert run.returncode == 1, run.output
+    data = json.loads((tmp_path / "compare" / "report.json").read_text())
+    assert data["origins"] == {"baseline": [], "cpu": []}  # every forward value agrees
+    for ref in ("baseline", "cpu"):
+        assert [o["layer"] for o in data["grad_origins"][ref]] == [layer], ref
+        assert data["grad_origins"][ref][0]["output_error"] == pytest.approx(0.01, rel=1e-3)
+        assert f"gradient error starts in {layer} (vs {ref})\n" in run.output
+    bad = {r["tensor"] for r in data["tensors"] if not r["ok"]}
+    assert {"actgrad/fc2/in/0", "grad/fc2.weight", "grad/fc1.weight"} <= bad  # and what is upstream inherits it
+    assert not bad & {"actgrad/fc2/out/0", "grad/head.weight", "act/fc2/out/0", "output/0", "loss"}
+    markdown = (tmp_path / "compare" / "report.md").read_text()
+    assert "Against the cpu: the error starts in no layer; the gradient error starts in fc2." in markdown
+    assert "| cpu | gradients | fc2 | 0 | 0.01 |" in markdown
 
 
 def test_wrong_matmul_on_the_device_starts_at_the_first_matmul(

@@ -60,10 +60,12 @@ def test_a_training_step_captures_outputs_loss_gradients_updated_weights_and_act
     before = {n: p.detach().clone() for n, p in spec.model.named_parameters()}
     cap = capture.train_step(spec, "cpu")
     names = [n for n, _ in spec.model.named_parameters()]
-    modules = [n for n, _ in spec.model.named_modules() if n]
-    assert cap.device == "cpu" and cap.order == modules  # an MLP's modules finish in definition order
+    modules = [n for n, _ in spec.model.named_modules() if n] + [inventory.ROOT]
+    assert cap.device == "cpu" and cap.order == modules  # an MLP's modules finish in definition order, the root last
     expected = {"output/0", "loss"} | {f"grad/{n}" for n in names} | {f"weight/{n}" for n in names}
     expected |= {f"act/{m}/{side}/0" for m in modules for side in ("in", "out")}
+    expected |= {f"actgrad/{m}/out/0" for m in modules}
+    expected |= {f"actgrad/{m}/in/0" for m in modules[1:-1]}  # the first layer's and the root's input is data
     assert set(cap.tensors) == expected
     assert all(t.device.type == "cpu" for t in cap.tensors.values())
     # the loss and gradients are those of the model's own forward, and the first SGD step moves by LR x gradient
@@ -78,6 +80,53 @@ def test_a_training_step_captures_outputs_loss_gradients_updated_weights_and_act
     assert torch.equal(cap.tensors["act/fc1/in/0"], args[0]) and cap.layer_of["act/head/out/0"] == "head"
     assert all(torch.equal(p, before[n]) for n, p in spec.model.named_parameters())  # the spec's model is untouched
     assert cap.inventory is None and cap.fallback_ops is None and cap.untied == []
+
+
+class Residual(nn.Module):
+    """x -> pre -> h; y = fc(h) + h; an in-place ReLU of y; head. h has two readers, y is modified in place."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.pre, self.fc, self.head = nn.Linear(4, 4), nn.Linear(4, 4), nn.Linear(4, 2)
+        self.relu = nn.ReLU(inplace=True)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        h = self.pre(x)
+        out: torch.Tensor = self.head(self.relu(self.fc(h) + h))
+        return out
+
+
+def test_each_call_keeps_the_gradient_reaching_its_outputs_and_its_own_part_of_its_inputs_gradient() -> None:
+    torch.manual_seed(0)
+    spec = ModelSpec(Residual(), (torch.randn(3, 4),), {}, lambda out: out.pow(2).sum(), "residual")
+    with inventory.recording(spec.model) as plain:  # the op inventory of the model's step without the capture
+        spec.loss_fn(spec.model(*spec.args)).backward()
+    spec.model.zero_grad(set_to_none=True)
+    cap = capture.train_step(spec, "cpu", with_inventory=True)
+    m = spec.model
+    h = m.pre(spec.args[0])
+    f = m.fc(h)
+    y = f + h
+    r = torch.relu(y)
+    logits = m.head(r)
+    g_logits, g_r, g_y, g_f, g_h = torch.autograd.grad(spec.loss_fn(logits), [logits, r, y, f, h])
+    expected = {
+        "actgrad/(root)/out/0": g_logits,
+        "actgrad/head/out/0": g_logits,
+        "actgrad/head/in/0": g_r,
+        "actgrad/relu/out/0": g_r,
+        "actgrad/relu/in/0": g_y,  # the gradient of the value before the in-place ReLU
+        "actgrad/fc/out/0": g_f,
+        "actgrad/fc/in/0": g_f @ m.fc.weight,  # fc's own part, not the residual's
+        "actgrad/pre/out/0": g_h,  # both readers' parts
+    }
+    assert {n for n in cap.tensors if n.startswith("actgrad/")} == set(expected)
+    for name, value in expected.items():
+        assert torch.allclose(cap.tensors[name], value), name
+    assert cap.layer_of["actgrad/fc/in/0"] == "fc" and cap.layer_of["actgrad/(root)/out/0"] == inventory.ROOT
+    assert cap.inventory is not None  # the capture adds no op to the model's backward (the step adds SGD's to forward)
+    backward = [{(r.op, r.module, r.calls) for r in i.records if r.phase == "backward"} for i in (cap.inventory, plain)]
+    assert backward[0] == backward[1] and ("aten::threshold_backward.default", "relu", 1) in backward[0]
 
 
 class Twice(nn.Module):
@@ -106,9 +155,10 @@ def test_a_module_called_twice_is_captured_per_call_and_root_parameters_belong_t
     spec = ModelSpec(Twice(), (torch.randn(2, 4),), {}, lambda out: out.sum(), "twice")
     tracker = FakeTracker()
     cap = capture.train_step(spec, "cpu", activations=True, with_inventory=True, tracker=tracker)
-    assert cap.order == ["lin", "lin#2"]
+    assert cap.order == ["lin", "lin#2", inventory.ROOT]
     assert torch.equal(cap.tensors["act/lin#2/in/0"], cap.tensors["act/lin/out/0"])
     assert cap.layer_of["act/lin#2/out/0"] == "lin" and cap.layer_of["grad/scale"] == inventory.ROOT
+    assert torch.allclose(cap.tensors["actgrad/lin/out/0"], cap.tensors["actgrad/lin#2/in/0"])
     assert tracker.cleared == 1 and cap.fallback_ops == ["aten::add.Tensor", "aten::gelu"]
     assert isinstance(cap.inventory, inventory.Inventory)
     assert inventory.normalize("addmm") in {inventory.normalize(r.op) for r in cap.inventory.records}

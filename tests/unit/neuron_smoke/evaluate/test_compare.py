@@ -99,6 +99,8 @@ def test_per_layer_keeps_the_worst_error_of_each_kind_in_forward_order() -> None
         _row("act/head/out/0", "head", 0.3, 0.2),
         _row("act/head#2/out/0", "head", 0.5),
         _row("grad/head.weight", "head", 0.05),
+        _row("actgrad/head/in/0", "head", 0.07),  # what head's backward passes on: a gradient of head's
+        _row("actgrad/head/out/0", "head", 0.09),  # the gradient reaching it: kept apart
         _row("act/fc/out/0", "fc", 0.0),
         _row("weight/extra.w", "extra", 0.01),
         _row("loss", None, 9.0),  # no layer: not in any
@@ -106,8 +108,8 @@ def test_per_layer_keeps_the_worst_error_of_each_kind_in_forward_order() -> None
     layers = compare.per_layer(rows, ["fc", "head", "head#2"])
     assert [e["layer"] for e in layers] == ["fc", "head", "extra"]  # not in the forward order: last
     head = layers[1]
-    assert head["tensors"] == 4 and head["input_vs_cpu"] == 0.1 and head["output_vs_cpu"] == 0.5
-    assert head["grad_vs_cpu"] == 0.05 and head["output_vs_baseline"] == 0.2
+    assert head["tensors"] == 6 and head["input_vs_cpu"] == 0.1 and head["output_vs_cpu"] == 0.5
+    assert head["grad_vs_cpu"] == 0.07 and head["grad_at_output_vs_cpu"] == 0.09 and head["output_vs_baseline"] == 0.2
     assert head["worst_vs_cpu"] == 0.5 and head["worst_vs_baseline"] == 0.2
     assert "worst_vs_baseline" not in layers[0] and layers[2]["weight_vs_cpu"] == 0.01
 
@@ -143,3 +145,55 @@ def test_a_numerically_zero_tensor_is_measured_against_the_scale_of_its_kind() -
     assert not rows["grad/w"]["ok"] and rows["grad/w"]["vs_cpu"] == pytest.approx(0.01, rel=1e-5)
     assert compare.floors(cpu) == {"grad": 4e-3, "weight": 4e-3}
     assert compare.floors(_cap("cpu", {"act/mask/out/0": torch.tensor([-3e38, 0.0])})) == {}
+
+
+def test_a_gradient_error_starts_where_what_backward_reads_agrees_and_what_it_computes_does_not() -> None:
+    """A fault in b's backward (forward order a, b, c): c's backward is right, b's gives a wrong gradient to its input
+    and its weight; a inherits it, as does the root, which contains b."""
+    rows = [
+        _row("act/a/in/0", "a", 0.0), _row("act/a/out/0", "a", 0.0), _row("act/b/out/0", "b", 0.0),
+        _row("act/(root)/out/0", "(root)", 0.0),
+        _row("actgrad/(root)/out/0", "(root)", 0.0),
+        _row("actgrad/c/out/0", "c", 0.0), _row("actgrad/c/in/0", "c", 0.0),
+        _row("actgrad/b/out/0", "b", 0.0), _row("actgrad/b/in/0", "b", 0.01),
+        _row("grad/b.weight", "b", 0.01), _row("grad/c.weight", "c", 0.0),
+        _row("actgrad/a/out/0", "a", 0.01), _row("grad/a.weight", "a", 0.02),
+    ]  # fmt: skip
+    order = ["a", "b", "c", "(root)"]
+    [found] = compare.grad_origins(rows, order, "cpu", RTOL)
+    assert (found["call"], found["input_error"], found["output_error"]) == ("b", 0.0, 0.01)
+    weight_only = [r for r in rows if r["tensor"] != "actgrad/b/in/0"]  # b's input is data: its weight says it
+    assert [o["layer"] for o in compare.grad_origins(weight_only, order, "cpu", RTOL)] == ["b"]
+    assert compare.grad_origins(rows, order, "cpu", 0.1) == [] and compare.origins(rows, order, "cpu", RTOL) == []
+
+
+def test_an_error_that_starts_in_forward_is_not_named_again_in_backward() -> None:
+    """b's output is 1 % off (and so, through the scaling, is its weight's gradient); block, around b, dilutes the
+    error under rtol (a residual), as Llama's decoder layer does: neither is where a gradient error starts."""
+    rows = [
+        _row("act/block/in/0", "block", 0.0), _row("act/block/out/0", "block", RTOL * 0.8),
+        _row("act/block.b/in/0", "block.b", 0.0), _row("act/block.b/out/0", "block.b", 0.01),
+        _row("act/head/in/0", "head", RTOL * 0.8), _row("act/head/out/0", "head", RTOL * 0.9),
+        _row("actgrad/head/out/0", "head", 0.0), _row("actgrad/head/in/0", "head", 1e-4),
+        _row("actgrad/block/out/0", "block", 1e-4), _row("actgrad/block.b/out/0", "block.b", 1e-4),
+        _row("grad/block.b.weight", "block.b", 0.01), _row("grad/head.weight", "head", 0.009),
+    ]  # fmt: skip
+    order = ["block.b", "block", "head"]
+    assert [o["layer"] for o in compare.origins(rows, order, "cpu", RTOL)] == ["block.b"]
+    assert compare.grad_origins(rows, order, "cpu", RTOL) == []
+
+
+def test_an_error_of_the_root_s_own_code_is_named_at_the_root_only_when_no_module_in_it_is() -> None:
+    """The root scales lin(lin(x)) by its own weight: a fault in that product reaches both calls of lin through the
+    gradient they are given, and the root's weight; only the root computes wrongly from what it read."""
+    grads = [
+        _row("actgrad/(root)/out/0", "(root)", 0.0), _row("grad/scale", "(root)", 0.01),
+        _row("actgrad/lin#2/out/0", "lin", 0.01), _row("actgrad/lin#2/in/0", "lin", 0.01),
+        _row("actgrad/lin/out/0", "lin", 0.01), _row("grad/lin.weight", "lin", 0.01),
+    ]  # fmt: skip
+    order = ["lin", "lin#2", "(root)"]
+    assert [o["layer"] for o in compare.grad_origins(grads, order, "cpu", RTOL)] == ["(root)"]
+    outputs = [_row("act/(root)/in/0", "(root)", 0.0), _row("act/(root)/out/0", "(root)", 0.2)]
+    assert [o["layer"] for o in compare.origins(outputs, order, "cpu", RTOL)] == ["(root)"]
+    inner = [_row("act/lin/in/0", "lin", 0.0), _row("act/lin/out/0", "lin", 0.2)]
+    assert [o["layer"] for o in compare.origins(outputs + inner, order, "cpu", RTOL)] == ["lin"]

@@ -38,14 +38,29 @@ def _layers(n: int) -> list[dict[str, Any]]:
 
 
 def test_layer_errors_is_a_png_as_wide_as_the_figure_and_as_tall_as_its_layers(tmp_path: Path) -> None:
-    assert _written(tmp_path, "few.png", plots.layer_errors(_layers(3), 1e-3)) == (9 * DPI, int(2.5 * DPI))
+    assert _written(tmp_path, "few.png", plots.layer_errors(_layers(3), 1e-3)) == (12 * DPI, int(2.5 * DPI))
     many = 40  # taller than the minimum: 0.22 inch a layer and an inch of margin
     width, height = _written(tmp_path, "many.png", plots.layer_errors(_layers(many), 1e-3))
-    assert width == 9 * DPI and height == pytest.approx((0.22 * many + 1) * DPI, abs=1)
+    assert width == 12 * DPI and height == pytest.approx((0.22 * many + 1) * DPI, abs=1)
+
+
+def test_outputs_gradients_and_weights_are_charted_apart(monkeypatch: pytest.MonkeyPatch) -> None:
+    drawn: list[Any] = []
+    monkeypatch.setattr(plots, "_png", lambda fig: drawn.append(fig) or b"png")
+    layers = [
+        {"layer": "fc", "output_vs_cpu": 0.5, "grad_vs_cpu": 0.25, "weight_vs_cpu": 0.125, "worst_vs_cpu": 0.5},
+        {"layer": "head", "output_vs_cpu": 0.0, "grad_vs_cpu": 1e-3, "weight_vs_cpu": None, "worst_vs_cpu": 1e-3},
+    ]
+    assert plots.layer_errors(layers, 1e-3) == b"png"
+    [fig] = drawn
+    assert [ax.get_title() for ax in fig.axes] == ["outputs", "gradients", "updated weights"]
+    widths = [[bar.get_width() for bar in ax.patches] for ax in fig.axes]  # one bar a layer (no baseline values)
+    assert widths == [[0.5, plots.FLOOR], [0.25, 1e-3], [0.125, plots.FLOOR]]
+    assert [t.get_text() for t in fig.axes[0].get_yticklabels()] == ["fc", "head"]
 
 
 def test_layer_errors_draws_a_reference_that_is_absent_or_zero(tmp_path: Path) -> None:
-    only_cpu = [{"layer": "fc", "worst_vs_cpu": 0.0}, {"layer": "head", "worst_vs_cpu": None}]
+    only_cpu = [{"layer": "fc", "output_vs_cpu": 0.0}, {"layer": "head", "grad_vs_cpu": None}]
     _written(tmp_path, "cpu.png", plots.layer_errors(only_cpu, 1e-3))  # zeros and None sit on the log floor
 
 

@@ -54,13 +54,15 @@ def test_a_recorded_baseline_compares_equal_with_the_same_model(tmp_path: Path) 
     files = {p.name for p in (tmp_path / "b").iterdir()}
     assert {"index.json", "tensors.safetensors", "report.json", "report.md", "report.html"} <= files
     index = json.loads((tmp_path / "b" / "index.json").read_text())
-    assert index["order"] == [n for n, _ in _spec().model.named_modules() if n] and index["model"]["name"] == "mlp"
+    modules = [n for n, _ in _spec().model.named_modules() if n]
+    assert index["order"] == [*modules, "(root)"] and index["model"]["name"] == "mlp"
     assert run.evaluate(_opts(baseline=tmp_path / "b", out_dir=tmp_path / "r"), _spec()) == EXIT_OK
     data = json.loads((tmp_path / "r" / "report.json").read_text())
     assert data["mode"] == "compare" and data["baseline"]["path"] == str(tmp_path / "b")
     assert set(index["tensors"]) == {r["tensor"] for r in data["tensors"]}
     assert all(r["ok"] and r["vs_baseline"] == 0.0 and r["vs_cpu"] == 0.0 for r in data["tensors"])
     assert not any(data["missing"].values()) and data["origins"] == {"baseline": [], "cpu": []}
+    assert data["grad_origins"] == {"baseline": [], "cpu": []} and "actgrad/fc2/in/0" in index["tensors"]
 
 
 def test_a_baseline_of_other_weights_is_refused_before_any_step(tmp_path: Path) -> None:

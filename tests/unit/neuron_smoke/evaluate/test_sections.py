@@ -53,11 +53,16 @@ def _compare_data() -> dict[str, Any]:
         _row("loss", 0.0, 0.0, shape=[]),
         _row("grad/fc1.weight", 0.5, 0.0, ok=False),
         _row("act/fc1/out/0", 9, 9),
+        _row("actgrad/fc1/out/0", 7, 7),
     ]
     return _scan_data(
         mode="compare",
         tensors=tensors,
         origins={"baseline": [], "cpu": [{"call": "fc1", "layer": "fc1", "input_error": 0.0, "output_error": 0.5}]},
+        grad_origins={
+            "baseline": [],
+            "cpu": [{"call": "fc2", "layer": "fc2", "input_error": 0.0, "output_error": 0.2}],
+        },
         layers=[{"layer": "fc1", "tensors": 2, "grad_vs_cpu": 0.5, "worst_vs_cpu": 0.5, "worst_vs_baseline": 0.0}],
         baseline={
             "path": "/b",
@@ -88,8 +93,17 @@ def test_a_comparison_names_the_baseline_and_where_errors_start() -> None:
     summary = " ".join(found["Summary"].text)
     assert "Mode compare; model mlp (m.MLP, 12,345 parameters); device cpu (compile backend aot_eager)" in summary
     assert "Baseline /b: recorded 2026-01-01T00:00:00+00:00 on cuda with torch 2.9.0." in summary
-    assert "3 tensors compared; 1 beyond rtol 0.001." in summary
-    assert found["Where errors start"].rows == [["baseline", "none", None, None], ["cpu", "fc1", 0.0, 0.5]]
+    assert "4 tensors compared; 1 beyond rtol 0.001." in summary
+    assert found["Where errors start"].rows == [
+        ["baseline", "outputs", "none", None, None],
+        ["cpu", "outputs", "fc1", 0.0, 0.5],
+        ["baseline", "gradients", "none", None, None],
+        ["cpu", "gradients", "fc2", 0.0, 0.2],
+    ]
+    assert found["Where errors start"].text[1:] == [
+        "Against the baseline: the error starts in no layer; the gradient error starts in no layer.",
+        "Against the cpu: the error starts in fc1; the gradient error starts in fc2.",
+    ]
     assert found["Per layer"].rows == [["fc1", None, None, None, 0.5, None, None]]
     timing = found["Timing (forward, loss, backward)"].rows
     assert timing == [["this run", "cpu", 0.5, 1.0, 2.0, 10], ["baseline", "cuda", 0.1, 0.3, 0.4, 5]]
@@ -97,7 +111,7 @@ def test_a_comparison_names_the_baseline_and_where_errors_start() -> None:
 
 def test_the_tensor_table_leaves_out_activations_and_shows_the_worst_first() -> None:
     table = {s.title: s for s in sections.build_sections(_compare_data())}["Per tensor"]
-    assert [r[0] for r in table.rows] == ["grad/fc1.weight", "loss"]  # the activation (error 9) is in the JSON only
+    assert [r[0] for r in table.rows] == ["grad/fc1.weight", "loss"]  # activations and their gradients: JSON only
     assert table.rows[0][1:] == ["2x3", 0.0, 0.5, 0.0, "device", "FAIL"]
     assert table.rows[1][1] == "scalar" and table.rows[1][-1] == "ok"
     many = _compare_data()
