@@ -15,6 +15,7 @@ NEURON_EVAL_FAULT_PHASE=forward|backward        forward (default): the layer's o
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -84,9 +85,14 @@ class Dropping(nn.Module):
         return out
 
 
-def dropout() -> Any:
+def seeded(model: Callable[[], nn.Module], *shape: int) -> Any:
+    """The model made under seed 0 and an input of `shape` drawn from its own generator (seed 1): every run the same."""
     torch.manual_seed(0)
-    return Dropping(), torch.randn(16, 32, generator=torch.Generator().manual_seed(1))
+    return model(), torch.randn(*shape, generator=torch.Generator().manual_seed(1))
+
+
+def dropout() -> Any:
+    return seeded(Dropping, 16, 32)
 
 
 def batchnorm() -> Any:
@@ -111,8 +117,7 @@ class SparseBuffer(nn.Module):
 
 
 def sparse() -> Any:
-    torch.manual_seed(0)
-    return SparseBuffer(), torch.randn(4, 8, generator=torch.Generator().manual_seed(1))
+    return seeded(SparseBuffer, 4, 8)
 
 
 class Ensemble(nn.Module):
@@ -126,13 +131,11 @@ class Ensemble(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         params = {n: p.unsqueeze(0).expand(3, *p.shape) for n, p in self.member.named_parameters()}
         out = torch.vmap(lambda p, xb: torch.func.functional_call(self.member, p, (xb,)), in_dims=(0, None))(params, x)
-        result: torch.Tensor = (out * self.scale).sum(0)
-        return result
+        return torch.sum(out * self.scale, dim=0)
 
 
 def vmap() -> Any:
-    torch.manual_seed(0)
-    return Ensemble(), torch.randn(4, 8, generator=torch.Generator().manual_seed(1))
+    return seeded(Ensemble, 4, 8)
 
 
 class Fragile(nn.Module):
@@ -155,8 +158,7 @@ class Fragile(nn.Module):
 
 
 def fragile() -> Any:
-    torch.manual_seed(0)
-    return Fragile(), torch.randn(4, 8, generator=torch.Generator().manual_seed(1))
+    return seeded(Fragile, 4, 8)
 
 
 class Masked(nn.Module):
