@@ -15,6 +15,7 @@ floor is documented for Trn2 or the CPU: the numbers are reported, not compared.
 from __future__ import annotations
 
 import statistics
+import threading
 import time
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any
@@ -32,6 +33,7 @@ SIZES = (8, 64 << 10, 1 << 20, 16 << 20, 64 << 20, 256 << 20, 1 << 30)
 MAX_BYTES = {"cpu": 64 << 20, "neuron": 1 << 30}
 TIMED_CALLS = 3
 ELEMENTS = 1024  # of the checked rounds
+NO_FINITE_WAIT = "with finite timeout not implemented"  # torch's FutureWrappingWork::wait(timeout)
 
 
 def run(ctx: Context, log: StageLog) -> None:
@@ -109,17 +111,11 @@ class Watch:
         self.others = tuple(r for r in session.members if r != session.rank)
 
     def wait(self, work: Any) -> None:
-        """Return when `work` completes (work.wait(timeout) wakes the moment it does, so the bandwidth table's timed
+        """Return when `work` completes (Completion wakes the moment it does, so the bandwidth table's timed
         calls stay exact); between polls, a stopped peer or the deadline aborts the group."""
         deadline = time.monotonic() + self.timeout_s
-        poll = timedelta(seconds=rendezvous.POLL_S)
-        while True:
-            try:
-                work.wait(poll)
-                return
-            except RuntimeError:
-                if work.is_completed():
-                    raise  # the collective's own error, not the poll's "Operation timed out!"
+        completion = Completion(work)
+        while not completion.within(rendezvous.POLL_S):
             stopped = [r for r in self.others if self.session.stalled(r)]
             if stopped or time.monotonic() > deadline:
                 abort = getattr(self.group, "abort", None)
@@ -128,6 +124,38 @@ class Watch:
                 _abandoned.append(self.group)
                 why = f"node {', '.join(map(str, stopped))}'s heartbeat stopped" if stopped else "it timed out"
                 raise PeerStopped(f"collective aborted: {why} ({self.timeout_s:g}s allowed)")
+
+
+class Completion:
+    """Whether a collective's work has completed, waiting up to the seconds given and waking the moment it does:
+    through `work.wait(timeout)`, or, for a work that cannot wait with a timeout (torch's works made from a future,
+    which process groups written in Python return: `_create_work_from_future`), through its future. A failed
+    collective raises its own error (such a work's wait() does not: its future holds the error as its value)."""
+
+    def __init__(self, work: Any) -> None:
+        self.work = work
+        self.future: Any = None
+        self.event: threading.Event | None = None
+
+    def within(self, seconds: float) -> bool:
+        if self.event is None:
+            try:
+                self.work.wait(timedelta(seconds=seconds))
+                return True
+            except RuntimeError as error:
+                if NO_FINITE_WAIT not in str(error):
+                    if self.work.is_completed():
+                        raise  # the collective's own error, not the poll's "Operation timed out!"
+                    return False
+            self.event = event = threading.Event()
+            self.future = self.work.get_future()
+            self.future.add_done_callback(lambda _: event.set())
+        if not self.event.wait(seconds):
+            return False
+        value = self.future.value()
+        if isinstance(value, BaseException):
+            raise value
+        return True
 
 
 def _all_reduce(watch: Watch, tensor: torch.Tensor) -> torch.Tensor:
@@ -168,7 +196,7 @@ def _judge(log: StageLog, session: rendezvous.Session, summed: torch.Tensor, gat
         named = ", ".join(f"node {r} ({v:g} instead of {r + 1})" for r, v in others.items())
         off = f": the sum here ({float(bad_sum[0]):g}, expected {expected:g}) is off by theirs" if len(bad_sum) else ""
         log.note(f"wrong contribution from {named}{off}")
-    elif len(bad_sum):
+    elif len(bad_sum) and me not in wrong:  # (a wrong sum from this node's own wrong contribution is said above)
         log.fail(
             f"all_reduce sum {float(bad_sum[0]):g} != {expected:g} on this node (node {me}) though every "
             "contribution arrived right: this node's reduction is wrong"

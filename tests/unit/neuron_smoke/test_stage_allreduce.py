@@ -4,7 +4,11 @@ bandwidth table."""
 from __future__ import annotations
 
 import socket
+import threading
+import time
 from dataclasses import dataclass
+from datetime import timedelta
+from typing import Any
 
 import pytest
 import torch
@@ -111,3 +115,60 @@ def test_a_failed_collective_raises_its_own_error_not_a_stopped_peer() -> None:
     with pytest.raises(RuntimeError, match="Connection closed by peer"):
         watch.wait(Work(done=True, error="Connection closed by peer"))
     assert group.aborted == 0
+
+
+def future_work() -> tuple[torch.futures.Future[Any], Any]:
+    """A work torch makes from a future (as a process group written in Python returns): its wait(timeout) raises
+    "not implemented"."""
+    from torch._C._distributed_c10d import _create_work_from_future
+
+    future: torch.futures.Future[Any] = torch.futures.Future()
+    return future, _create_work_from_future(future)
+
+
+def test_a_work_without_a_finite_wait_is_waited_on_through_its_future() -> None:
+    future, work = future_work()
+    with pytest.raises(RuntimeError, match=stage_allreduce.NO_FINITE_WAIT):
+        work.wait(timedelta(seconds=0.01))  # what the Watch must not let through as the collective's error
+    threading.Timer(0.3, future.set_result, ([],)).start()
+    start = time.monotonic()
+    stage_allreduce.Watch(Group(), Members(), timeout_s=5).wait(work)  # type: ignore[arg-type]
+    assert 0.25 < time.monotonic() - start < 0.3 + rendezvous.POLL_S + 0.2 and work.is_completed()
+
+
+def test_a_work_without_a_finite_wait_raises_its_own_error_or_is_aborted() -> None:
+    future, work = future_work()
+    future.set_exception(RuntimeError("Connection closed by peer"))
+    with pytest.raises(RuntimeError, match="Connection closed by peer"):
+        stage_allreduce.Watch(Group(), Members(), timeout_s=5).wait(work)  # type: ignore[arg-type]
+    group = Group()
+    watch = stage_allreduce.Watch(group, Members(stopped=(2,)), timeout_s=60)  # type: ignore[arg-type]
+    with pytest.raises(stage_allreduce.PeerStopped, match="node 2's heartbeat stopped"):
+        watch.wait(future_work()[1])
+    assert group.aborted == 1
+
+
+@dataclass
+class Judged:
+    """What _judge reads of a session: the members, this node's rank, and the faults it blames on others."""
+
+    members: tuple[int, ...]
+    rank: int
+    blamed: dict[int, list[str]]
+
+    def blame(self, rank: int, what: str) -> None:
+        self.blamed.setdefault(rank, []).append(what)
+
+
+def test_a_wrong_contribution_fails_its_own_node_once_and_is_noted_by_the_others() -> None:
+    sums = torch.full((4,), 103.0)  # node 1 sent 102, not 2: 1 + 102
+    gathered = [torch.full((4,), 1.0), torch.full((4,), 102.0)]
+    own, log = Judged((0, 1), 1, {}), StageLog()
+    stage_allreduce._judge(log, own, sums, gathered)  # type: ignore[arg-type]
+    assert log.failures == ["this node (node 1) contributed 102 instead of 2 (seen so by every node)"]
+    other, log = Judged((0, 1), 0, {}), StageLog()
+    stage_allreduce._judge(log, other, sums, gathered)  # type: ignore[arg-type]
+    assert not log.failures and other.blamed == {1: ["allreduce: contributed 102 instead of 2"]}
+    alone, log = Judged((0, 1), 0, {}), StageLog()
+    stage_allreduce._judge(log, alone, sums, [torch.full((4,), 1.0), torch.full((4,), 2.0)])  # type: ignore[arg-type]
+    assert log.failures[0].startswith("all_reduce sum 103 != 3 on this node (node 0) though every contribution")
