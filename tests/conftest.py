@@ -70,6 +70,7 @@ SECONDS = {
     "tests/integration/smoke/test_evaluate.py": 136,
     "tests/integration/test_ansible.py": 114,
     "tests/integration/smoke/test_cluster.py": 100,
+    "tests/integration/smoke/test_cluster_sim.py": 40,
     "tests/integration/test_slurm.py": 117,
     "tests/integration/test_pip_tools.py": 77,
     "tests/integration/smoke/test_runtime_rules.py": 69,
