@@ -70,6 +70,7 @@ SECONDS = {
     "tests/integration/smoke/test_evaluate.py": 136,
     "tests/integration/test_ansible.py": 114,
     "tests/integration/smoke/test_cluster.py": 120,
+    "tests/integration/smoke/test_cluster_sim.py": 40,
     "tests/integration/smoke/test_evaluate_parity.py": 60,
     "tests/integration/smoke/test_fault_location.py": 30,
     "tests/integration/test_slurm.py": 117,

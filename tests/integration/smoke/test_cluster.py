@@ -12,7 +12,7 @@ other share a run, each checked on its own node and stage, and no other node bla
   whole timeout for; the others give up within seconds, and the test kills node 2 once they are done.
 
 The fabric provider is the test release's (`tcp`, constraints/test-matrix.toml), read from its rendered instance
-facts (NEURON_SMOKE_INSTANCE_FACTS), never from a flag.
+facts (NEURON_SMOKE_INSTANCE_FACTS), never from a flag. test_cluster_sim.py runs the same on the simulated device.
 """
 
 from __future__ import annotations
@@ -32,6 +32,8 @@ import pytest
 
 from tests import REPO_ROOT
 from tests.integration.smoke.conftest import make_base_env, processes_tagged
+from tests.simdevice.environment import SIM_SITE, sim_environment
+from tests.simdevice.environment import test_release_facts as release_facts  # (not a test: pytest would collect it)
 from tests.unit.neuron_smoke.test_stage_nccom import records, write_fake
 
 SITE = Path(__file__).with_name("cluster_site")
@@ -52,19 +54,25 @@ def free_port() -> int:
 
 @pytest.fixture(scope="module")
 def facts(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    from neuron_torch.matrix import load_matrix
-    from neuron_torch.render import instance_facts
-
-    path = tmp_path_factory.mktemp("facts") / "test-release-facts.json"
-    path.write_text(json.dumps(instance_facts(load_matrix(REPO_ROOT / "constraints" / "test-matrix.toml"))))
-    return path
+    return release_facts(tmp_path_factory.mktemp("facts"))
 
 
 def node_env(
-    folder: Path, facts: Path, tag: str, extra_path: tuple[str, ...] | list[str] = (), path_dir: Path | None = None
+    folder: Path,
+    facts: Path,
+    tag: str,
+    extra_path: tuple[str, ...] | list[str] = (),
+    path_dir: Path | None = None,
+    sim_host: Path | None = None,
 ) -> dict[str, str]:
-    env = make_base_env(folder)
-    env["PYTHONPATH"] = os.pathsep.join([*extra_path, *PYTHONPATH, str(SITE)])
+    """A node's environment; with `sim_host`, that of a host of its own with the simulated device (its device nodes,
+    runtime folder and so its cores, and compile cache in that folder: tests/simdevice/environment.py)."""
+    if sim_host is None:
+        env, sim_site = make_base_env(folder), []
+    else:
+        sim_host.mkdir(exist_ok=True)
+        env, sim_site = sim_environment(make_base_env(sim_host), sim_host), [str(SIM_SITE)]
+    env["PYTHONPATH"] = os.pathsep.join([*extra_path, *PYTHONPATH, *sim_site, str(SITE)])
     env["NEURON_SMOKE_INSTANCE_FACTS"] = str(facts)
     env[tag] = "1"
     if path_dir is not None:
@@ -79,24 +87,27 @@ def run_cluster(
     per_node: dict[int, dict[str, Any]] | None = None,
     absent: tuple[int, ...] = (),
     join_timeout: float = 30.0,
-    nodes: int = 4,
+    nnodes: int = 4,
+    device: str = "cpu",
     env_all: dict[str, str] | None = None,
 ) -> dict[str, Any]:
-    """`nodes` nodes (one verify-device process each, started together, each with `env_all` set); the ones in
+    """NNODES nodes (one verify-device process each, started together, each with `env_all` set); the ones in
     `absent` are never started.
     `per_node[rank]` may set `inject` (cluster_site), `pythonpath` (folders first on it) and `path` (a PATH folder);
-    a node whose injector stops it (`hang_in_allreduce`) is killed once the others have exited."""
+    a node whose injector stops it (`hang_in_allreduce`) is killed once the others have exited. On `--device neuron`
+    each node is a simulated host of its own, FOLDER/host-<rank> (node_env's sim_host)."""
     per_node = per_node or {}
     port, reports, tag = free_port(), folder / "reports", f"NEURON_SMOKE_TEST_TAG_{uuid.uuid4().hex}"
     procs = {}
     start = time.monotonic()
-    for rank in (r for r in range(nodes) if r not in absent):
+    for rank in (r for r in range(nnodes) if r not in absent):
         own = per_node.get(rank, {})
-        env = {**node_env(folder, facts, tag, own.get("pythonpath", []), own.get("path")), **(env_all or {})}
+        host = folder / f"host-{rank}" if device == "neuron" else None
+        env = {**node_env(folder, facts, tag, own.get("pythonpath", []), own.get("path"), host), **(env_all or {})}
         if own.get("inject"):
             env["NEURON_CLUSTER_INJECT"] = own["inject"]
-        argv = [sys.executable, "-m", "neuron_smoke", "--device", "cpu", "--stages", stages, "--timeout", "90"]
-        argv += ["--nnodes", str(nodes), "--node-rank", str(rank), "--master", f"127.0.0.2:{port}"]
+        argv = [sys.executable, "-m", "neuron_smoke", "--device", device, "--stages", stages, "--timeout", "90"]
+        argv += ["--nnodes", str(nnodes), "--node-rank", str(rank), "--master", f"127.0.0.2:{port}"]
         argv += ["--local-addr", f"127.0.0.{rank + 2}", "--join-timeout", str(join_timeout)]
         argv += ["--report-dir", str(reports), "--allreduce-max-bytes", "65536"]
         out = (folder / f"node-{rank}.out").open("w")
@@ -112,7 +123,7 @@ def run_cluster(
     for rank in procs:
         print(f"---- node {rank} exit {codes[rank]}\n{(folder / f'node-{rank}.out').read_text()}")
     verdict = subprocess.run(
-        [sys.executable, "-m", "neuron_torch", "cluster-report", str(reports), "--expect", str(nodes)],
+        [sys.executable, "-m", "neuron_torch", "cluster-report", str(reports), "--expect", str(nnodes)],
         env={**os.environ, "PYTHONPATH": os.pathsep.join(PYTHONPATH)},
         capture_output=True,
         text=True,
@@ -258,7 +269,7 @@ def test_a_frozen_node_is_given_up_on_within_seconds_not_the_collective_timeout(
 def test_nccom_runs_once_on_node0_and_every_node_holds_its_verdict(tmp_path: Path, facts: Path) -> None:
     fake, record = write_fake(tmp_path / "neuron-bin"), tmp_path / "nccom-record.jsonl"
     env = {"FAKE_NCCOM_RECORD": str(record), "NEURON_RT_VISIBLE_CORES": "0-3"}  # 4 cores a node
-    run = run_cluster(tmp_path, facts, "nccom", {0: {"path": fake}, 1: {"path": fake}}, nodes=2, env_all=env)
+    run = run_cluster(tmp_path, facts, "nccom", {0: {"path": fake}, 1: {"path": fake}}, nnodes=2, env_all=env)
     print(f"2-node nccom: {run['elapsed']:.1f}s")
     assert run["codes"] == {0: 0, 1: 0} and run["verdict"].returncode == 0 and not run["left_behind"]
     (seen,) = records(record)  # once, by node 0
@@ -282,7 +293,7 @@ def test_nccom_runs_once_on_node0_and_every_node_holds_its_verdict(tmp_path: Pat
 def test_a_failing_nccom_fails_every_node(tmp_path: Path, facts: Path) -> None:
     fake = write_fake(tmp_path / "neuron-bin")
     env = {"FAKE_NCCOM_MODE": "fail", "NEURON_RT_VISIBLE_CORES": "0-3"}
-    run = run_cluster(tmp_path, facts, "nccom", {0: {"path": fake}}, nodes=2, env_all=env)  # node 1 has none
+    run = run_cluster(tmp_path, facts, "nccom", {0: {"path": fake}}, nnodes=2, env_all=env)  # node 1 has none
     assert run["codes"] == {0: 1, 1: 1} and run["verdict"].returncode == 1 and not run["left_behind"]
     ran, followed = (stage(run["reports"][r], "nccom") for r in (0, 1))
     assert ran["failures"][0].startswith("nccom-test exited 1: ") and "1 errors found" in ran["failures"][0]
