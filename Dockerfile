@@ -17,15 +17,23 @@ ENV DEBIAN_FRONTEND=noninteractive
 COPY images/docker/apt-install.sh /usr/local/lib/neuron-torch/apt-install.sh
 
 # The Neuron apt key, fetched and verified here so gnupg and curl stay out of the runtime stage. aptkey.sh is the one
-# fingerprint check (the neuron_repo role and `neuron-torch bundle` run the same file).
-FROM os AS keyring
+# fingerprint check (the neuron_repo role and `neuron-torch bundle` run the same file). The tools are one stage and
+# the key another: `build image` sets APT_KEY_CHECKED_AT to the time of the build, so the key is fetched and checked
+# on every build (about a second) and a cached keyring never outlives a rotated or re-signed key; the stages after it
+# stay cached while the keyring's bytes are the same.
+FROM os AS keyring-tools
 SHELL ["/bin/bash", "-o", "pipefail", "-c"]
+RUN --mount=type=secret,id=ca \
+    /usr/local/lib/neuron-torch/apt-install.sh curl gnupg ca-certificates
+
+FROM keyring-tools AS keyring
 ARG APT_KEY_URL
 ARG APT_KEY_FINGERPRINT=""
+ARG APT_KEY_CHECKED_AT=missing-build-arg-apt-key-checked-at
 COPY src/neuron_torch/aptkey.sh /usr/local/lib/neuron-torch/aptkey.sh
 RUN --mount=type=secret,id=ca \
-    /usr/local/lib/neuron-torch/apt-install.sh curl gnupg ca-certificates \
-    && if [ -s /run/secrets/ca ]; then export CURL_CA_BUNDLE=/run/secrets/ca; fi \
+    if [ -s /run/secrets/ca ]; then export CURL_CA_BUNDLE=/run/secrets/ca; fi \
+    && echo "fetching the apt key at ${APT_KEY_CHECKED_AT}" \
     && curl -fsSL "$APT_KEY_URL" -o /tmp/key.asc \
     && /usr/local/lib/neuron-torch/aptkey.sh --expect "$APT_KEY_FINGERPRINT" --source "$APT_KEY_URL" \
          --keyring /neuron.gpg /tmp/key.asc

@@ -15,6 +15,7 @@ import shutil
 import subprocess
 from collections.abc import Mapping
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from functools import cache
 from pathlib import Path
 from typing import Any
@@ -196,6 +197,8 @@ def plan_image_build(
         **build_args(matrix, record),
         "CELL_DIR": stage_dir.relative_to(matrix.root).as_posix(),
         "REVISION": build_revision(matrix.root),
+        # A new value each build: the keyring stage fetches and checks the apt key again (see the Dockerfile).
+        "APT_KEY_CHECKED_AT": datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ"),
     }
     command = [docker_binary(), "build", "--file", str(matrix.root / "Dockerfile"), "--progress", "plain"]
     for tag in tags:

@@ -335,12 +335,15 @@ def test_the_apt_key_is_checked_against_a_pinned_fingerprint(image: BuiltImage) 
     served = next(line.split(":")[9] for line in shown.splitlines() if line.startswith("fpr:"))
     wrong = served[::-1]
     cell = image.matrix.cell(CELL)
-    for fingerprint, ok in ((served, True), (wrong, False)):
+    # The served fingerprint twice: the second build, with the docker cache warm, must fetch and check the key again
+    # (a cached keyring would outlive a rotated key; the CI machine's docker cache once held another test bed's key).
+    for fingerprint, ok in ((served, True), (served, True), (wrong, False)):
         matrix = replace(image.matrix, apt=replace(image.matrix.apt, key_fingerprint=fingerprint))
         build = plan_image_build(matrix, cell, tags=("neuron-torch:key-test",), target="keyring")
         result = subprocess.run(build.command, capture_output=True, text=True, env={"DOCKER_BUILDKIT": "1"})
         output = result.stdout + result.stderr
         assert (result.returncode == 0) is ok, output[-2000:]
+        assert f"neuron apt key at {KEY_URL}: fingerprint(s) {served}" in output, output[-2000:]  # it ran, uncached
         if not ok:
             assert f"not the pinned {wrong}: refusing it" in output  # aptkey.sh, the one check
     docker("rmi", "-f", "neuron-torch:key-test", check=False)

@@ -15,6 +15,7 @@ import shutil
 import subprocess
 import sys
 import urllib.request
+from importlib import metadata
 from pathlib import Path
 
 import pytest
@@ -93,6 +94,10 @@ def test_the_lock_carries_the_index_lines_pip_compile_emits(bed_lock: Path) -> N
 
 def test_plain_pip_and_pip_sync_install_the_lock_as_written(bed_lock: Path, tmp_path: Path, pip_cache: Path) -> None:
     python = venv(tmp_path / "venv")
+    # pip-sync refuses a target whose pip is older than the one its pip-tools requires (pip-tools 7.7: pip>=26.2.2;
+    # `python -m venv` seeds the interpreter's bundled pip). A pip-tools user upgrades it first, as here, with this
+    # machine's pip configuration: the lock's indexes do not carry pip.
+    subprocess.run([str(python), "-m", "pip", "install", "--quiet", f"pip=={metadata.version('pip')}"], check=True)
     result = subprocess.run(
         # --no-compile here and for pip-sync: the test checks what pip installs, not the bytecode it would compile
         # after (about 60 CPU-seconds for the real torch, sympy and networkx, and again for what pip-sync reinstalls).

@@ -9,6 +9,7 @@ import hashlib
 import json
 import shutil
 from dataclasses import replace
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
@@ -127,7 +128,11 @@ def test_the_planned_command_for_a_dry_run(release: Matrix, tmp_path: Path) -> N
     stage_dir, record = stage(release, cell, lock, write=False)
     assert build.stage_dir == stage_dir
     cell_dir = stage_dir.relative_to(release.root).as_posix()
+    checked_at = datetime.strptime(args.pop("APT_KEY_CHECKED_AT"), "%Y-%m-%dT%H:%M:%S.%fZ").replace(tzinfo=UTC)
+    assert abs(datetime.now(UTC) - checked_at) < timedelta(minutes=5), "the keyring stage's key is fetched anew"
     assert args == {**build_args(release, record), "CELL_DIR": cell_dir, "REVISION": ""}, "no checkout: no revision"
+    again = plan_image_build(release, cell, lock=lock, dry_run=True).command
+    assert again != build.command, "each build fetches and checks the apt key again, never from the docker cache"
     assert not {"--network", "--secret", "--target", "--no-cache"} & set(command)
 
 
