@@ -258,7 +258,7 @@ def _run(options: Options, args: argparse.Namespace, launcher: Launcher | None) 
         report = run_suite(options, spec, on_result, launcher, on_progress)
     except KeyboardInterrupt:
         if progress:  # the report on disk marks the running stage hung (the watchdog's case): say what happened
-            _write(interrupted(progress[0], len(finished)), args)
+            _write(interrupted(progress[0], finished), args)
         raise
     finally:
         rendezvous.close()  # after the stages; node 0 keeps the store up until the members are done

@@ -70,10 +70,13 @@ class Report:
         return data
 
 
-def interrupted(report: Report, finished: int) -> Report:
-    """The run stopped by Ctrl-C, from the last report written, whose first `finished` stages ran to the end: the next
-    one, written as hung (what the watchdog's exit would leave), was interrupted; the later ones were not run."""
-    for stage in report.stages[finished:]:
+def interrupted(report: Report, finished: list[StageResult]) -> Report:
+    """The run stopped by Ctrl-C, from the last report written and the stages that ran to the end (`finished`, which
+    may be one ahead of that report: Ctrl-C between a stage's end and the next write): the next one, written as hung
+    (what the watchdog's exit would leave), was interrupted; the later ones were not run."""
+    results = {stage.name: stage for stage in finished}
+    report.stages = [results.get(stage.name, stage) for stage in report.stages]
+    for stage in report.stages[len(finished) :]:
         if stage.hung:
             stage.hung = False
             stage.failures = [f"{stage.name}: interrupted (Ctrl-C) while it ran"]
