@@ -72,7 +72,8 @@ family = matrix["release"]["default_cell"].split("-")[0]
 print(matrix["families"][family]["torch"])
 PY
 )
-  install .venv pyproject.toml -- --upgrade-package pip pip -e '.[dev,eval]' "torch==$torch" ninja
+  install .venv pyproject.toml scripts/dev-constraints.txt -- --constraint scripts/dev-constraints.txt \
+    --upgrade-package pip pip -e '.[dev,eval]' "torch==$torch" ninja
   echo "dev-setup: .venv ready ($(.venv/bin/python --version), torch $torch)"
 }
 
