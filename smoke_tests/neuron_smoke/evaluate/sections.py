@@ -198,7 +198,8 @@ def _fallback(data: dict[str, Any]) -> Section:
 def _sweep(sw: dict[str, Any]) -> Section:
     s = Section("Shape sweep (torch.compile, dynamic=False)")
     if sw.get("failed_at"):
-        s.text.append(f"torch.compile failed at shape {sw['failed_at']}; see Readiness.")
+        phase = f" in the {sw['failed_in']}" if sw.get("failed_in") else ""
+        s.text.append(f"torch.compile failed at shape {sw['failed_at']}{phase}; see Readiness.")
     s.text.append(
         f"The compiled training step ({sw['step']}), {sw['steps']} timed step(s) a shape after the first: "
         f"{sweep.summary(sw)}. {sw['buckets']['note']}."

@@ -220,7 +220,12 @@ def run(
                 break
     finally:
         torch._dynamo.config.recompile_limit = old_limit
-    return _summary(rows, shapes, backend, steps, error), error
+    return _summary(rows, shapes, backend, steps, error) | {"failed_in": timer.phase if error else None}, error
+
+
+# The parts of a training step, in order: a failure names the one it happened in (the compile of a shape's graph is
+# in its first forward; the backward graph is compiled in its first backward).
+PHASES = ("forward (compiled on a new shape)", "loss", "backward", "device synchronize")
 
 
 class _Step:
@@ -236,13 +241,19 @@ class _Step:
     ) -> None:
         self.compiled, self.model, self.sync, self.device_module = compiled, model, sync, device_module
         self.autocast = autocast
+        self.phase = PHASES[0]  # the part of the step running: what a failure is reported in
 
     def once(self, inputs: Example, loss_fn: models.LossFn) -> float:
         self.model.zero_grad(set_to_none=True)
         start = time.perf_counter()
         with self.autocast():
-            loss = loss_fn(self.compiled(*inputs[0], **inputs[1]))
+            self.phase = PHASES[0]
+            out = self.compiled(*inputs[0], **inputs[1])
+            self.phase = PHASES[1]
+            loss = loss_fn(out)
+        self.phase = PHASES[2]
         torch.autograd.backward(loss)
+        self.phase = PHASES[3]
         self.sync()
         return time.perf_counter() - start
 

@@ -163,6 +163,7 @@ def _sweep() -> dict[str, Any]:
         "distinct_shapes": 2,
         "device_graphs": None,
         "failed_at": "4x8",
+        "failed_in": "backward",
         "buckets": buckets.suggest([(1, 8), (2, 8), (3, 8)]) | {"note": "padding to buckets would save 1 compile"},
     }
 
@@ -171,7 +172,7 @@ def test_the_sweep_section_tells_recompiles_graph_breaks_spread_and_buckets() ->
     section = {s.title: s for s in sections.build_sections(_scan_data(sweep=_sweep()))}[
         "Shape sweep (torch.compile, dynamic=False)"
     ]
-    assert section.text[0] == "torch.compile failed at shape 4x8; see Readiness."
+    assert section.text[0] == "torch.compile failed at shape 4x8 in the backward; see Readiness."
     assert section.text[1].startswith(
         "The compiled training step (forward, loss, backward), 5 timed step(s) a shape after the first: 4 graph(s) "
         "compiled for 2 distinct shape(s) (1 recompile(s), 1 graph break(s)); device compile cache: not reported"

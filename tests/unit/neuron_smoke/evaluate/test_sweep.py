@@ -250,9 +250,52 @@ def test_the_sweep_stops_at_the_first_failing_shape_and_restores_dynamo() -> Non
     )
     assert isinstance(error, ValueError) and "no lowering for a batch of 3" in str(error)
     assert result["failed_at"] == "3x4" and [r["shape"] for r in result["shapes"]] == ["2x4"]
+    assert result["failed_in"] == sweep.PHASES[0]
     assert result["backend"] == "eager" and result["dynamic"] is False and result["compiles"] >= 1
     assert result["device_graphs"] is None and result["distinct_shapes"] == 1
     assert torch._dynamo.config.recompile_limit == limit
+
+
+class _RaiseInBackwardOnThree(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx: Any, x: torch.Tensor) -> torch.Tensor:
+        ctx.rows = x.shape[0]
+        return x.clone()
+
+    @staticmethod
+    def backward(ctx: Any, grad: torch.Tensor) -> torch.Tensor:
+        if ctx.rows == 3:
+            raise ValueError("no backward lowering for a batch of 3")
+        return grad
+
+
+class NoBackwardOfThree(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.fc = nn.Linear(4, 2)
+
+    @torch.compiler.disable  # the custom backward runs as written, outside the compiled graph
+    def _guard(self, x: torch.Tensor) -> torch.Tensor:
+        out: torch.Tensor = _RaiseInBackwardOnThree.apply(x)
+        return out
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        out: torch.Tensor = self._guard(self.fc(x))
+        return out
+
+
+def test_a_sweep_failure_names_the_part_of_the_training_step_it_happened_in() -> None:
+    result, error = sweep.run(
+        _spec(NoBackwardOfThree(), torch.zeros(2, 4)), [(2, 4), (3, 4)], "cpu", "eager", 1, lambda: None
+    )
+    assert isinstance(error, ValueError) and "no backward lowering" in str(error)
+    assert (result["failed_at"], result["failed_in"]) == ("3x4", "backward")
+    assert (
+        sweep.run(_spec(NoBackwardOfThree(), torch.zeros(2, 4)), [(2, 4)], "cpu", "eager", 1, lambda: None)[0][
+            "failed_in"
+        ]
+        is None
+    )
 
 
 def _line_of(text: str) -> int:
