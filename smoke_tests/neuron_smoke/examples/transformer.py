@@ -28,18 +28,34 @@ MODELS: dict[str, tuple[str, str, dict[str, Any]]] = {
 Example = tuple[nn.Module, tuple[torch.Tensor, ...], LossFn]
 
 
-def factory_for(name: str) -> Callable[[], Example]:
-    """The factory of one of MODELS (what `--model neuron_smoke.examples.NAME:factory` calls)."""
+def factory_for(name: str) -> Callable[..., Example]:
+    """The factory of one of MODELS (what `--model neuron_smoke.examples.NAME:factory` calls). It takes the shape
+    sweep's `shape` keyword (batch x sequence length), so each swept shape gets its own token batch and the
+    causal-LM loss on it."""
     config_class, model_class, config = MODELS[name]
 
-    def factory() -> Example:
-        return make(config_class, model_class, **config)
+    def factory(shape: tuple[int, ...] | None = None) -> Example:
+        return make(config_class, model_class, shape=shape, **config)
 
     return factory
 
 
-def make(config_class: str, model_class: str, **config: Any) -> Example:
-    """transformers' `model_class` from `config_class(**config)` (eager attention), seeded, with a causal-LM batch."""
+def batch_shape(shape: tuple[int, ...] | None, longest: int | None) -> tuple[int, int]:
+    """The token batch's (batch, length): the examples' own without `shape`; a usage error for a shape that is not
+    batch x length, or longer than the model's positions."""
+    if shape is None:
+        return BATCH, SEQ
+    if len(shape) != 2 or shape[0] < 1 or shape[1] < 2:
+        raise UsageError(f"the example's inputs are batch x length token ids (a length of at least 2), not {shape}")
+    if longest is not None and shape[1] > longest:
+        raise UsageError(f"length {shape[1]} is longer than the example's {longest} positions")
+    return int(shape[0]), int(shape[1])
+
+
+def make(config_class: str, model_class: str, shape: tuple[int, ...] | None = None, **config: Any) -> Example:
+    """transformers' `model_class` from `config_class(**config)` (eager attention), seeded, with a causal-LM batch
+    (of `shape`, batch x length, when given)."""
+    batch, length = batch_shape(shape, config.get("n_positions", config.get("max_position_embeddings")))
     try:
         transformers: Any = importlib.import_module("transformers")
     except ImportError as exc:
@@ -53,7 +69,7 @@ def make(config_class: str, model_class: str, **config: Any) -> Example:
     model: nn.Module = getattr(transformers, model_class)(settings)
     model.train()
     gen = torch.Generator().manual_seed(1)
-    ids = torch.randint(0, VOCAB, (BATCH, SEQ), generator=gen)
+    ids = torch.randint(0, VOCAB, (batch, length), generator=gen)
 
     def loss_fn(output: Any) -> torch.Tensor:
         """Next-token cross entropy of the logits against the inputs shifted by one (the causal-LM loss)."""

@@ -13,6 +13,7 @@ import torch
 from torch import nn
 
 from neuron_smoke.errors import UsageError
+from neuron_smoke.evaluate import sweep
 from neuron_smoke.examples import transformer
 
 
@@ -82,6 +83,28 @@ def test_the_loss_predicts_each_next_token(fake_transformers: types.ModuleType) 
     assert float(loss_fn(model(ids))) > 10
     model.logits = torch.zeros(transformer.BATCH, transformer.SEQ, transformer.VOCAB)
     assert float(loss_fn(model(ids))) == pytest.approx(torch.log(torch.tensor(float(transformer.VOCAB))).item())
+
+
+@pytest.mark.parametrize("name", sorted(transformer.MODELS))
+def test_the_factory_makes_the_batch_of_a_swept_shape_and_its_loss(
+    name: str, fake_transformers: types.ModuleType
+) -> None:
+    _, (ids,), loss_fn = transformer.factory_for(name)(shape=(3, 12))
+    assert ids.shape == (3, 12) and int(ids.max()) < transformer.VOCAB
+    logits = nn.functional.one_hot(torch.roll(ids, -1, dims=1), transformer.VOCAB).float() * 100
+    assert float(loss_fn(types.SimpleNamespace(logits=logits))) < 1e-6  # the loss is on this batch, not the default
+    assert sweep.takes_shape(transformer.factory_for(name))
+
+
+BAD_SHAPES = [((4,), "batch x length"), ((2, 3, 4), "batch x length"), ((2, 1), "at least 2"), ((2, 4096), "longer")]
+
+
+@pytest.mark.parametrize(("shape", "message"), BAD_SHAPES)
+def test_a_shape_the_example_cannot_take_is_a_usage_error(
+    shape: tuple[int, ...], message: str, fake_transformers: types.ModuleType
+) -> None:
+    with pytest.raises(UsageError, match=message):
+        transformer.factory_for("gpt2")(shape=shape)
 
 
 def test_without_transformers_the_example_is_a_usage_error(monkeypatch: pytest.MonkeyPatch) -> None:
