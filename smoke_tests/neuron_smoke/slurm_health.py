@@ -37,11 +37,16 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from neuron_smoke import registry
+
 PREFIX = "neuron-torch:"
 STAGES = ("environment", "device", "fabric")
 VERIFY_DEVICE = "verify-device"  # the stage named when verify-device itself could not run
 JOIN = "join"  # the stage named for a node that never joined the cluster check
 EPILOG = "epilog_slurmd"  # SLURM_SCRIPT_CONTEXT in Slurm's Epilog
+# What a cluster check job's verdict covers, so what its epilog may resume: every verify-device stage (the registry's),
+# a node that never joined, and the verdict's own "cluster" line.
+CLUSTER_JOB_STAGES = (*(entry.name for entry in registry.TABLE), JOIN, "cluster")
 # Slurm stores a reason whole, and `sinfo -R` shows its first 20 characters: keep it one short line.
 MAX_REASON = 120
 EXIT_PASS, EXIT_FAIL, EXIT_USAGE = 0, 1, 2
@@ -118,12 +123,17 @@ def stage_of(text: str) -> str:
     return text.removeprefix(PREFIX).strip().partition(":")[0].strip()
 
 
+class OtherJob(ValueError):
+    """The reports folder holds another job's reports (or none): the job that ended was not the cluster check."""
+
+
 def cluster_failure(folder: Path, node_name: str, job_id: str) -> tuple[str, str] | None:
     """(stage, message) of NODE_NAME in the cluster check job JOB_ID's reports in FOLDER; None when it passed there.
-    Raises ValueError when FOLDER holds another job's reports or lacks this node."""
-    job = _read_text(folder / "slurm-job").strip()
+    Raises OtherJob when FOLDER holds another job's reports (or none), ValueError when it lacks this node."""
+    marker = folder / "slurm-job"
+    job = _read_text(marker).strip() if marker.exists() else ""
     if job != job_id:
-        raise ValueError(f"{folder} holds job {job or '(none)'}'s reports, not job {job_id}'s")
+        raise OtherJob(f"{folder} holds job {job or '(none)'}'s reports, not job {job_id}'s")
     names = _read_text(folder / "slurm-nodes").split()
     if node_name not in names:
         raise ValueError(f"{node_name} is not a node of job {job_id} ({', '.join(names)})")
@@ -237,17 +247,16 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 def epilog(node_name: str, folder: str | None, job_id: str, scontrol: str) -> int:
     """The check as the Epilog: the cluster check job's verdict for this node, if the job that ended was one."""
-    marker = Path(folder or ".") / "slurm-job"
-    try:
-        if not folder or not job_id or marker.read_text().strip() != job_id:
-            return EXIT_PASS  # this job was not the cluster check (or its reports went elsewhere)
-        failed = cluster_failure(Path(folder), node_name, job_id)
-    except FileNotFoundError:
+    if not folder or not job_id:
         return EXIT_PASS
+    try:
+        failed = cluster_failure(Path(folder), node_name, job_id)
+    except OtherJob:
+        return EXIT_PASS  # this job was not the cluster check (or its reports went elsewhere)
     except (OSError, ValueError) as error:  # the check job's, without a verdict (cancelled before cluster-report)
         print(f"neuron-healthcheck: {node_name}: no verdict of job {job_id}, nothing done: {error}", file=sys.stderr)
         return EXIT_PASS
-    act(node_name, failed, scontrol, (*STAGES, "consistency", "allreduce", JOIN, "cluster"))
+    act(node_name, failed, scontrol, CLUSTER_JOB_STAGES)
     return EXIT_PASS
 
 

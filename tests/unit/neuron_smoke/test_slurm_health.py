@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from neuron_smoke import registry
 from neuron_smoke.slurm_health import (
     MAX_REASON,
     Node,
@@ -242,3 +243,18 @@ def test_as_the_epilog_of_a_check_job_without_a_verdict_it_says_so(
     args = ["--node", "n2", "--scontrol", str(scontrol), "--cluster-report", str(folder)]
     assert main(args) == 0 and not log.exists()
     assert "n2: no verdict of job 17, nothing done: cannot read" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("stage", [entry.name for entry in registry.TABLE if entry.title.startswith("cluster:")])
+def test_as_the_epilog_a_passing_check_job_resumes_a_node_it_drained_for_any_cluster_stage(
+    stage: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Every cluster stage of the registry (nccom too): the job that passes the node again is the one that may resume
+    it, since no one-node check can run that stage."""
+    passed = [{**node, "verdict": "PASS", "problems": []} for node in NODES]
+    folder = cluster_reports(tmp_path / "r", "17", passed)
+    drained = OURS.replace("neuron-torch: fabric:", f"neuron-torch: {stage}:")
+    _, scontrol, log = stand_ins(tmp_path, drained, [], 0)
+    epilog_env(monkeypatch, "17")
+    assert main(["--node", "n2", "--scontrol", str(scontrol), "--cluster-report", str(folder)]) == 0
+    assert log.read_text() == "update|NodeName=n2|State=RESUME|"
