@@ -63,7 +63,7 @@ def test_every_real_cell_renders_consistent_build_args(matrix: Matrix) -> None:
         assert f"torch=={cell.family.torch_pin}" in pins and "+cpu" in cell.family.torch_pin
         assert f"torch-neuronx=={cell.family.torch_neuronx}" in pins
         assert all(f"{name}=={version}" in pins for name, version in cell.packages.items())
-        own = {"CELL_DIR", "REVISION"}  # the build's own: its staged folder and its commit
+        own = {"CELL_DIR", "REVISION", "APT_KEY_CHECKED_AT"}  # the build's own: its staged folder, commit and time
         assert set(rendered) | own == dockerfile_args(), "the Dockerfile's ARGs and the renderer disagree"
 
 
