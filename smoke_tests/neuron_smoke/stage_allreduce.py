@@ -239,8 +239,9 @@ def bandwidth(watch: Watch, device: str, nodes: int, limit: int) -> list[dict[st
             {
                 "bytes": size,
                 "time_us": round(seconds * 1e6, 1),
-                "algbw_gbps": round(algbw, 4),
-                "busbw_gbps": round(algbw * 2 * (nodes - 1) / nodes, 4),
+                # 4 significant digits, not decimals: 8 bytes in a millisecond is 8e-06 GB/s, not 0
+                "algbw_gbps": float(f"{algbw:.4g}"),
+                "busbw_gbps": float(f"{algbw * 2 * (nodes - 1) / nodes:.4g}"),
             }
         )
     return out
