@@ -220,7 +220,7 @@ def run(
                 break
     finally:
         torch._dynamo.config.recompile_limit = old_limit
-    return _summary(rows, shapes, backend, steps, error) | {"failed_in": timer.phase if error else None}, error
+    return _summary(rows, shapes, backend, steps, error, timer.phase), error
 
 
 # The parts of a training step, in order: a failure names the one it happened in (the compile of a shape's graph is
@@ -284,8 +284,14 @@ def _graphs(counts: dict[str, int]) -> int:
 
 
 def _summary(
-    rows: list[dict[str, Any]], shapes: list[tuple[int, ...]], backend: str, steps: int, error: BaseException | None
+    rows: list[dict[str, Any]],
+    shapes: list[tuple[int, ...]],
+    backend: str,
+    steps: int,
+    error: BaseException | None,
+    phase: str,
 ) -> dict[str, Any]:
+    """The sweep's numbers; with `error`, the shape it stopped at and the part of the step (`phase`) that raised."""
     device = [r["device_graphs"] for r in rows]
     known = bool(rows) and None not in device
     return {
@@ -302,6 +308,7 @@ def _summary(
         "distinct_shapes": len({r["shape"] for r in rows}),
         "buckets": buckets.suggest([tuple(int(d) for d in r["shape"].split("x")) for r in rows]),
         "failed_at": None if error is None else _name(shapes[len(rows)]),
+        "failed_in": None if error is None else phase,
     }
 
 
