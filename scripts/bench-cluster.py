@@ -76,11 +76,8 @@ def main() -> int:
     parser.add_argument("--allreduce-max-bytes", type=int, default=1 << 20)
     parser.add_argument("--cpus-per-node", type=float, help="each node's own CPU quota (e.g. 0.5 on 2 cores)")
     args = parser.parse_args()
-    if args.cpus_per_node is not None:
-        try:
-            cpuquota.remove(cpuquota.make("check", args.cpus_per_node))
-        except cpuquota.QuotaError as err:
-            raise SystemExit(f"bench-cluster: {err}") from None
+    if args.cpus_per_node is not None and (why_not := cpuquota.check(args.cpus_per_node)):
+        raise SystemExit(f"bench-cluster: {why_not}")
     with tempfile.TemporaryDirectory(prefix="bench-cluster-") as tmp:
         folder = Path(tmp)
         facts = folder / "facts.json"

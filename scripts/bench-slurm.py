@@ -45,12 +45,7 @@ def main() -> int:
     p.add_argument("--repeat", type=int, default=1, help="jobs of each size (1)")
     p.add_argument("--cpus-per-node", type=float, help="each node's own CPU quota (e.g. 0.5 on 2 cores)")
     args = p.parse_args()
-    why_not = slurm.usable()
-    if not why_not and args.cpus_per_node is not None:
-        try:
-            cpuquota.remove(cpuquota.make("check", args.cpus_per_node))
-        except cpuquota.QuotaError as err:
-            why_not = str(err)
+    why_not = slurm.usable() or (args.cpus_per_node is not None and cpuquota.check(args.cpus_per_node))
     if why_not:
         print(f"bench-slurm: error: {why_not}", file=sys.stderr)
         return 2

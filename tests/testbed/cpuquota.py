@@ -50,6 +50,16 @@ def make(name: str, cpus: float, root: Path = ROOT) -> Path:
     return group
 
 
+def check(cpus: float, root: Path = ROOT) -> str:
+    """Why a group of `cpus` CPUs cannot be made here ('' when it can): one is made and removed, as a benchmark does
+    before it starts anything."""
+    try:
+        remove(make("check", cpus, root))
+    except QuotaError as err:
+        return str(err)
+    return ""
+
+
 def joiner(group: Path) -> Callable[[], None]:
     """A subprocess preexec_fn that moves the new process into `group` before it runs the program."""
     procs = group / "cgroup.procs"

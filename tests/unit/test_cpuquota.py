@@ -49,6 +49,12 @@ def test_bad_settings_are_refused_with_the_reason(name: str, cpus: float, match:
         cpuquota.make(name, cpus, hierarchy(tmp_path))
 
 
+def test_check_names_what_stops_a_group_being_made(tmp_path: Path) -> None:
+    root = hierarchy(tmp_path)
+    assert "above 0" in cpuquota.check(0, root)
+    assert "no cgroup v1 cpu hierarchy" in cpuquota.check(0.5, tmp_path / "absent")
+
+
 def test_no_hierarchy_is_named(tmp_path: Path) -> None:
     assert "no cgroup v1 cpu hierarchy" in cpuquota.usable(tmp_path)
     with pytest.raises(cpuquota.QuotaError, match="cannot limit each node's CPUs"):
@@ -65,3 +71,4 @@ def test_a_process_joins_its_group_on_the_real_hierarchy() -> None:
         assert f":cpu:/{group.name}\n" in out or f",cpu:/{group.name}\n" in out or f"cpu,cpuacct:/{group.name}" in out
     finally:
         cpuquota.remove(group)
+    assert cpuquota.check(0.25) == "" and not (cpuquota.ROOT / f"{cpuquota.PREFIX}-check").exists()
