@@ -29,7 +29,7 @@ import neuron_smoke
 from neuron_cell.pins import apt_matches
 from neuron_torch.cellinfo import cell_record
 from neuron_torch.errors import EXIT_FAILED, NeuronTorchError
-from neuron_torch.files import check_new_folder, publish_folder, remove_tree
+from neuron_torch.files import check_new_folder, publish_folder, remove_tree, tool_env
 from neuron_torch.lockfile import Lock, LockedPackage, gate_lock, read_lock_text, with_pip_options
 from neuron_torch.matrix import AptPackage, AptScope, Cell, Matrix, canonical_name
 from neuron_torch.mirror import Mirror, redact
@@ -87,9 +87,7 @@ def pip_platforms(lock_platform: str) -> list[str]:
 
 def _pip_env(mirror: Mirror | None, work: Path) -> dict[str, str]:
     """pip's environment: no user configuration (routing comes from the matrix), the mirror's proxy and CA only."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith("PIP_") or k == "PIP_CERT"}
-    env["PIP_CONFIG_FILE"] = os.devnull
-    env["PIP_DISABLE_PIP_VERSION_CHECK"] = "1"
+    env = tool_env(work, keep=("PIP_CERT",))
     if mirror:
         env.update(mirror.proxy.env())
         if mirror.ca_bundle:

@@ -30,6 +30,19 @@ def read_json(path: Path, what: str, fix: str) -> object:
         raise NeuronTorchError(str(error)) from None
 
 
+def tool_env(work: Path, keep: tuple[str, ...] = ()) -> dict[str, str]:
+    """The environment of a pip or uv that a command runs: no user or system pip/uv configuration, so that only the
+    matrix decides the sources (KEEP names the variables that still pass), and a temp folder inside WORK, so that
+    what the tool leaves when it is stopped (Ctrl-C kills it mid-download) goes with WORK."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("UV_", "PIP_")) or k in keep}
+    env["PIP_CONFIG_FILE"] = os.devnull
+    env["PIP_DISABLE_PIP_VERSION_CHECK"] = "1"
+    temp = work / "tmp"
+    temp.mkdir(exist_ok=True)
+    env["TMPDIR"] = str(temp)
+    return env
+
+
 def check_ca_bundle(path: Path) -> Path:
     """A CA bundle must be a readable PEM file holding at least one certificate."""
     fix = "pass a PEM file of CA certificates (-----BEGIN CERTIFICATE-----) with --ca-bundle or ca_bundle"

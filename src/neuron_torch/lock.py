@@ -21,7 +21,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from neuron_torch.errors import EXIT_FAILED, NeuronTorchError
-from neuron_torch.files import check_ca_bundle, check_can_create_in, check_executable, replace_text
+from neuron_torch.files import check_ca_bundle, check_can_create_in, check_executable, replace_text, tool_env
 from neuron_torch.lockfile import Lock, LockedPackage, lock_problems, read_lock, render_lock
 from neuron_torch.matrix import Cell, Index, Matrix
 from neuron_torch.routing import IndexReader
@@ -286,13 +286,9 @@ def _run_resolver(
 
 def _tool_env(work: Path, ca_bundle: Path | None) -> dict[str, str]:
     """The resolver's environment: no user or system uv/pip configuration, so only the matrix decides the sources."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("UV_", "PIP_"))}
+    env = tool_env(work, keep=("UV_CACHE_DIR",))
     env["XDG_CONFIG_HOME"] = str(work / "config")
     env["UV_NO_PROGRESS"] = "1"
-    env["PIP_CONFIG_FILE"] = os.devnull
-    env["PIP_DISABLE_PIP_VERSION_CHECK"] = "1"
-    if "UV_CACHE_DIR" in os.environ:
-        env["UV_CACHE_DIR"] = os.environ["UV_CACHE_DIR"]
     if ca_bundle is not None:
         env["SSL_CERT_FILE"] = str(ca_bundle.resolve())
     return env

@@ -1,6 +1,7 @@
 """neuron_torch.files: reading a file the user names gives its text, or one usage error (exit 2) naming the path,
 the problem (missing, a folder, unreadable, not UTF-8, empty, not JSON) and the fix; a CA bundle must hold a PEM
-certificate; an output folder must be new or empty and writable; publishing moves a staged folder into place."""
+certificate; an output folder must be new or empty and writable; publishing moves a staged folder into place; a
+tool that a command runs gets no pip or uv configuration and a temp folder inside the work folder."""
 
 from __future__ import annotations
 
@@ -143,3 +144,15 @@ def test_replace_text_stages_in_a_file_of_its_own_process(tmp_path: Path) -> Non
     files.replace_text(out, "mine\n")
     assert out.read_text() == "mine\n" and other.read_text() == "the other writer's"
     assert sorted(p.name for p in tmp_path.iterdir()) == [".vars.hcl.1.tmp", "vars.hcl"]
+
+
+def test_a_tool_gets_no_pip_or_uv_configuration_and_a_temp_folder_inside_the_work_folder(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The user's PIP_INDEX_URL or UV_INDEX cannot reroute a lock or bundle; the named ones pass; TMPDIR is in WORK."""
+    for name, value in {"PIP_INDEX_URL": "http://elsewhere", "UV_INDEX": "x", "PIP_CERT": "/ca", "HOME": "/h"}.items():
+        monkeypatch.setenv(name, value)
+    env = files.tool_env(tmp_path, keep=("PIP_CERT",))
+    assert "PIP_INDEX_URL" not in env and "UV_INDEX" not in env
+    assert env["PIP_CERT"] == "/ca" and env["HOME"] == "/h" and env["PIP_CONFIG_FILE"] == os.devnull
+    assert env["TMPDIR"] == str(tmp_path / "tmp") and (tmp_path / "tmp").is_dir()
