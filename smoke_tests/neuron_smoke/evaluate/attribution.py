@@ -16,7 +16,8 @@ from typing import Any
 
 import torch
 from torch import nn
-from torch.utils._python_dispatch import _disable_current_modes
+
+from neuron_smoke.evaluate.stepmode import outside
 
 ROOT = "(root)"
 NodeKey = tuple[int, str]  # (sequence number, node name): stable for a node's life, unlike the Python wrapper
@@ -28,7 +29,7 @@ def key(node: Any) -> NodeKey:
 
 def next_sequence_nr() -> int:
     """The sequence number the next autograd node will get (making a throwaway node takes one)."""
-    with _disable_current_modes(), torch.enable_grad():
+    with outside(), torch.enable_grad():
         probe = torch.zeros((), requires_grad=True).view(())
     assert probe.grad_fn is not None
     return int(probe.grad_fn._sequence_nr()) + 1

@@ -16,10 +16,10 @@ from typing import Any
 
 import torch
 from torch import nn
-from torch.utils._python_dispatch import _disable_current_modes
 
 from neuron_smoke.evaluate import attribution, failure, precision, randomness
 from neuron_smoke.evaluate import inventory as inv
+from neuron_smoke.evaluate.stepmode import StepMode, outside
 from neuron_smoke.models import ModelSpec
 
 LR = 0.1  # as stage 4: SGD keeps the update linear in the gradient
@@ -73,7 +73,7 @@ def float_leaves(value: Any) -> list[torch.Tensor]:
 
 def _cpu(t: torch.Tensor) -> torch.Tensor:
     """A CPU copy, kept out of the op inventory (the copy is ours, not the model's)."""
-    with _disable_current_modes():
+    with outside(t):
         return t.detach().to("cpu", copy=True)
 
 
@@ -82,9 +82,11 @@ def _adder(cap: Capture, layer: str, name: str) -> Callable[[torch.Tensor], None
     each of its nodes that read the input); the copy and the sum are ours, kept out of the op inventory."""
 
     def add(grad: torch.Tensor) -> None:
-        with _disable_current_modes():
-            kept = cap.tensors.get(name)
-            cap.tensors[name] = _cpu(grad) if kept is None else kept + _cpu(grad)
+        copy, kept = _cpu(grad), cap.tensors.get(name)
+        if kept is not None:
+            with outside(kept, copy):
+                copy = kept + copy
+        cap.tensors[name] = copy
         cap.layer_of[name] = layer
 
     return add
@@ -216,9 +218,9 @@ def train_step(
     if tracker is not None:
         tracker.clear_op_tracking()
     with ExitStack() as stack:
-        drawn = stack.enter_context(randomness.same_random())  # below the inventory: it sees the model's own ops
-        stack.enter_context(precision.step(at, torch.device(device).type))
-        recorded = stack.enter_context(inv.recording(model, nesting) if with_inventory else nullcontext())
+        drawer = randomness.SameRandom()
+        mode = stack.enter_context(StepMode(drawer=drawer, rounding=precision.rounding(at, torch.device(device).type)))
+        recorded = stack.enter_context(inv.recording(model, nesting, mode) if with_inventory else nullcontext())
         phase = "forward"
         try:
             with precision.forward(at, torch.device(device).type):
@@ -238,7 +240,7 @@ def train_step(
                 h.remove()
     if tracker is not None:
         cap.fallback_ops = sorted({str(op) for op in tracker.get_fallback_ops()})
-    cap.random_ops = dict(sorted(drawn.items()))
+    cap.random_ops = dict(sorted(drawer.calls.items()))
     cap.inventory = recorded if isinstance(recorded, inv.Inventory) else None
     _keep(cap, model, output, loss, grads)
     return cap

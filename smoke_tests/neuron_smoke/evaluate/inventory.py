@@ -1,23 +1,24 @@
 """The op inventory: every aten op a model step dispatches, with its call count, dtypes and calling module.
 
-A TorchDispatchMode sees each op after autograd (forward and backward); attribution.Nesting names the module whose
-forward produced it (backward: the module whose forward made the autograd node being run). A TorchFunctionMode
-notes torch functions called inside torch.func transforms, which the dispatch mode cannot tell apart. It is taken
+A dispatch mode (stepmode.StepMode) sees each op after autograd (forward and backward); attribution.Nesting names
+the module whose forward produced it (backward: the module whose forward made the autograd node being run). A
+TorchFunctionMode notes torch functions called inside torch.func transforms, which the dispatch mode cannot tell
+apart. It is taken
 over one step only: the timed steps run bare, so the inventory costs one slow step, not a slower steady state.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass, field
 from typing import Any
 
 import torch
 from torch.overrides import TorchFunctionMode, resolve_name
-from torch.utils._python_dispatch import TorchDispatchMode
 
 from neuron_smoke.evaluate import attribution
+from neuron_smoke.evaluate.stepmode import Key, StepMode
 
 ROOT = attribution.ROOT
 
@@ -68,15 +69,15 @@ def transform_active() -> bool:
     return torch._C._functorch.peek_interpreter_stack() is not None
 
 
-class _Recorder(TorchDispatchMode):  # type: ignore[no-untyped-call]  # untyped in torch
-    def __init__(self, nesting: attribution.Nesting) -> None:
-        super().__init__()  # type: ignore[no-untyped-call]
-        self.nesting = nesting
-        self.records: dict[tuple[str, str, str], OpRecord] = {}
-        self.failed: tuple[str, str, str] | None = None  # (op, module, phase) of an op that raised
+class _Recorder:
+    """Notes each op a StepMode sees (a stepmode.Recorder): its call count, dtypes and layouts per op, module, phase."""
 
-    def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
-        kwargs = kwargs or {}
+    def __init__(self, nesting: attribution.Nesting) -> None:
+        self.nesting = nesting
+        self.records: dict[Key, OpRecord] = {}
+        self.failed: Key | None = None  # (op, module, phase) of an op that raised
+
+    def note(self, func: Any, args: Any, kwargs: dict[str, Any]) -> Key:
         phase = "backward" if self.nesting.in_backward() else "forward"
         key = (op_name(func), self.nesting.current(), phase)
         rec = self.records.get(key)
@@ -89,11 +90,7 @@ class _Recorder(TorchDispatchMode):  # type: ignore[no-untyped-call]  # untyped 
                 rec.layouts.add(str(t.layout).removeprefix("torch."))
             if t.is_nested:
                 rec.nested = True
-        try:
-            return func(*args, **kwargs)
-        except Exception:
-            self.failed = self.failed or key
-            raise
+        return key
 
     def note_transform(self, func: Any) -> None:
         """A torch function called inside a torch.func transform (the dispatch mode sees only the unbatched ops)."""
@@ -136,17 +133,23 @@ def normalize(name: str) -> str:
 
 
 @contextmanager
-def recording(model: torch.nn.Module, nesting: attribution.Nesting | None = None) -> Iterator[Inventory]:
+def recording(
+    model: torch.nn.Module, nesting: attribution.Nesting | None = None, mode: StepMode | None = None
+) -> Iterator[Inventory]:
     """Record the ops dispatched inside the block; the Inventory is filled when the block exits. `nesting`: one the
-    caller already keeps on the model (otherwise one is made for the block)."""
+    caller already keeps on the model (otherwise one is made for the block); `mode`: the StepMode the caller has
+    entered already, which records in the block (otherwise one is entered for it: another mode costs every op)."""
     inventory = Inventory()
     made = nesting is None
     nesting = attribution.Nesting(model) if nesting is None else nesting
     recorder = inventory.recorder = _Recorder(nesting)
+    own = StepMode() if mode is None else mode
+    own.recorder = recorder
     try:
-        with recorder, _TransformWatch(recorder):
+        with own if mode is None else nullcontext(), _TransformWatch(recorder):
             yield inventory
     finally:
+        own.recorder = None
         if made:
             nesting.remove()
     inventory.records = list(recorder.records.values())

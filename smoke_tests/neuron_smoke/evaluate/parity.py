@@ -12,7 +12,7 @@ run of the same steps, which tells the device from the environment the baseline 
 the precision (precision.bound, or --model-rtol); the first step beyond it is where the curves diverge.
 
 Why that bound at every step, not one that widens with k: every side trains at the same precision (the CPU runs round
-their matmul inputs as the device does, precision.step), so healthy curves part only by the order kernels accumulate
+their matmul inputs as the device does, precision.rounding), so healthy curves part only by the order kernels accumulate
 in, compounded over the steps. Measured on the CPU over 10 steps of the examples (lr 0.1, momentum 0.9), a float32
 rounding of every initial weight moves the loss by at most 1.1e-7 (MLP, GPT-2), 2.0e-6 (Llama) and 5.4e-3 (ResNet-18,
 whose loss falls from 3 to 1e-4 by step 3: within the bfloat16 bound, 3.1e-2, beyond the float32 one, 1e-3). A
@@ -35,6 +35,7 @@ from torch import nn
 
 from neuron_smoke.evaluate import failure, precision, randomness
 from neuron_smoke.evaluate.capture import LR, move
+from neuron_smoke.evaluate.stepmode import StepMode
 from neuron_smoke.models import ModelSpec
 
 MOMENTUM = 0.9  # the captured step's (capture.train_step)
@@ -74,7 +75,7 @@ def curve(
     optimizer, described = optimizer_for(spec, model)
     kind = torch.device(device).type
     losses: list[float] = []
-    with randomness.same_random(), precision.step(at, kind):
+    with StepMode(drawer=randomness.SameRandom(), rounding=precision.rounding(at, kind)):
         for step in range(1, steps + 1):
             try:
                 optimizer.zero_grad(set_to_none=True)

@@ -19,8 +19,8 @@ from typing import Any
 
 import torch
 from torch import nn
-from torch.utils._python_dispatch import TorchDispatchMode
 
+from neuron_smoke.evaluate.stepmode import Rounding
 from neuron_smoke.numerics import model_rtol
 
 EVAL_RTOL = 1e-3
@@ -51,20 +51,18 @@ def _bf16(x: Any) -> Any:
     return x
 
 
-class _Bf16Inputs(TorchDispatchMode):  # type: ignore[no-untyped-call]  # untyped in torch
-    def __init__(self) -> None:
-        super().__init__()  # type: ignore[no-untyped-call]
-
-    def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
-        rounded = ROUNDED.get(func)
-        if rounded is not None:
-            args = tuple(_bf16(a) if i in rounded else a for i, a in enumerate(args))
-        return func(*args, **(kwargs or {}))
+def rounded(func: Any, args: tuple[Any, ...]) -> tuple[Any, ...]:
+    """The op's arguments with the inputs the matmul engine reads rounded to bfloat16 (float32 matmuls only)."""
+    places = ROUNDED.get(func)
+    if places is None:
+        return args
+    return tuple(_bf16(a) if i in places else a for i, a in enumerate(args))
 
 
-def step(precision: str, device_type: str) -> AbstractContextManager[Any]:
-    """The context a whole captured step (forward and backward) runs in at `precision` on `device_type`."""
-    return _Bf16Inputs() if precision == "bf16-matmul" and device_type != "neuron" else nullcontext()
+def rounding(precision: str, device_type: str) -> Rounding | None:
+    """What a captured step (forward and backward) at `precision` on `device_type` does to each op's inputs (a
+    stepmode.StepMode's `rounding`); None where nothing is rounded (the neuron device's compiler does it there)."""
+    return rounded if precision == "bf16-matmul" and device_type != "neuron" else None
 
 
 def forward(precision: str, device_type: str) -> AbstractContextManager[Any]:

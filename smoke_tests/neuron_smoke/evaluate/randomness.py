@@ -1,23 +1,20 @@
 """Random ops (dropout, bernoulli, rand, normal_, ...) drawn alike on every side of the comparison.
 
 A device's random generator is not the CPU's (and a seed gives other numbers on each), so a healthy model with
-dropout would differ between the device run, the same-machine CPU run and the baseline by the masks alone. Inside
-`same_random()` every aten op tagged `nondeterministic_seeded` that draws numbers runs on the CPU from one generator
-seeded with SEED, and its result moves to the op's device: each side then sees the same masks, and the rest of the
-step (the masked values' use, forward and backward) still runs on the device. The device's own random kernels are
-not compared; the report says which ops were drawn this way.
+dropout would differ between the device run, the same-machine CPU run and the baseline by the masks alone. In a step
+whose stepmode.StepMode has a SameRandom drawer, every aten op tagged `nondeterministic_seeded` that draws numbers
+runs on the CPU from one generator seeded with SEED, and its result moves to the op's device: each side then sees
+the same masks, and the rest of the step (the masked values' use, forward and backward) still runs on the device.
+The device's own random kernels are not compared; the report says which ops were drawn this way.
 """
 
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Iterator
-from contextlib import contextmanager
 from typing import Any
 
 import torch
 from torch.utils import _pytree as pytree
-from torch.utils._python_dispatch import TorchDispatchMode
 
 SEED = 0
 SEEDED = torch.Tag.nondeterministic_seeded
@@ -45,16 +42,19 @@ def _device_of(func: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> torc
     return first.device if first is not None else torch.device("cpu")
 
 
-class _SameRandom(TorchDispatchMode):  # type: ignore[no-untyped-call]  # untyped in torch
-    def __init__(self, seed: int) -> None:
-        super().__init__()  # type: ignore[no-untyped-call]
+class SameRandom:
+    """Draws random ops from one CPU generator seeded `seed` (a stepmode.Drawer); `calls` counts them per op."""
+
+    def __init__(self, seed: int = SEED) -> None:
         self.state = torch.Generator().manual_seed(seed).get_state()
         self.calls: Counter[str] = Counter()
 
-    def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
-        kwargs = kwargs or {}
-        if not _draws(func, args, kwargs):
-            return func(*args, **kwargs)
+    @staticmethod
+    def draws(func: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> bool:
+        return _draws(func, args, kwargs)
+
+    def run(self, func: Any, args: Any, kwargs: dict[str, Any]) -> Any:
+        """The op drawn on the CPU from this generator's state, its results on the op's device."""
         self.calls[f"{func._schema.name}.{func._overloadname}"] += 1
         device = _device_of(func, args, kwargs)
 
@@ -90,11 +90,3 @@ class _SameRandom(TorchDispatchMode):  # type: ignore[no-untyped-call]  # untype
         if mutated is not None and isinstance(out, torch.Tensor):
             return mutated
         return pytree.tree_map(lambda x: x.to(device) if isinstance(x, torch.Tensor) else x, out)
-
-
-@contextmanager
-def same_random(seed: int = SEED) -> Iterator[Counter[str]]:
-    """Inside the block random ops draw from one CPU generator seeded `seed`; yields their call counts per op."""
-    mode = _SameRandom(seed)
-    with mode:
-        yield mode.calls

@@ -2,9 +2,22 @@
 
 from __future__ import annotations
 
+from collections import Counter
+from collections.abc import Iterator
+from contextlib import contextmanager
+
 import torch
 
-from neuron_smoke.evaluate.randomness import same_random
+from neuron_smoke.evaluate.randomness import SEED, SameRandom
+from neuron_smoke.evaluate.stepmode import StepMode
+
+
+@contextmanager
+def same_random(seed: int = SEED) -> Iterator[Counter[str]]:
+    """Random ops drawn as a captured step draws them (and nothing else done to the ops); their counts per op."""
+    drawer = SameRandom(seed)
+    with StepMode(drawer=drawer):
+        yield drawer.calls
 
 
 def _draw() -> list[torch.Tensor]:
