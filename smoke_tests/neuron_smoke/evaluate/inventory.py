@@ -3,8 +3,8 @@
 A dispatch mode (stepmode.StepMode) sees each op after autograd (forward and backward); attribution.Nesting names
 the module whose forward produced it (backward: the module whose forward made the autograd node being run). A
 TorchFunctionMode notes torch functions called inside torch.func transforms, which the dispatch mode cannot tell
-apart. It is taken
-over one step only: the timed steps run bare, so the inventory costs one slow step, not a slower steady state.
+apart. It is taken over one step only: the timed steps run bare, so the inventory costs one slow step, not a slower
+steady state.
 """
 
 from __future__ import annotations
