@@ -141,14 +141,31 @@ def matmul_error(
     )
 
 
-def normwise_error(value: torch.Tensor, reference: torch.Tensor) -> float:
-    """max |value - reference| / max |reference| (absolute when the reference is all zeros); NaN counts as inf."""
-    ref64 = reference.detach().cpu().double()
-    diff = (value.detach().cpu().double() - ref64).abs()
-    if diff.numel() == 0:
+def _wide(t: torch.Tensor) -> torch.Tensor:
+    """A CPU copy (or the tensor itself) at float64, complex128 for complex tensors."""
+    t = t.detach().cpu()
+    return t.to(torch.complex128 if t.is_complex() else torch.float64)
+
+
+def finite_absmax(t: torch.Tensor) -> float:
+    """The largest |element| among the finite ones (0 for none)."""
+    top = float(t.abs().max()) if t.numel() else 0.0
+    if math.isfinite(top):  # the common case in one pass; NaN or inf fall back to the filtered one
+        return top
+    return float(torch.nan_to_num(t.abs(), nan=0.0, posinf=0.0).max())
+
+
+def normwise_error(value: torch.Tensor, reference: torch.Tensor, floor: float = 0.0) -> float:
+    """max |value - reference| / max(max |reference|, floor), the reference's finite elements setting the scale
+    (absolute when it is 0); NaN or inf in the difference, or another shape, count as inf."""
+    v, r = _wide(value), _wide(reference)
+    if v.shape != r.shape:
+        return math.inf
+    if v.numel() == 0:
         return 0.0
-    worst = float(torch.nan_to_num(diff, nan=math.inf).max())
-    scale = float(ref64.abs().max())
+    worst = float(torch.linalg.vector_norm(v - r, ord=math.inf))  # NaN propagates: counted as inf below
+    worst = math.inf if math.isnan(worst) else worst
+    scale = max(finite_absmax(r), floor)
     return worst / scale if scale > 0 else worst
 
 

@@ -23,6 +23,7 @@ from neuron_smoke.evaluate import tensors
 from neuron_smoke.evaluate.attribution import ROOT
 from neuron_smoke.evaluate.baseline import Baseline
 from neuron_smoke.evaluate.capture import Capture
+from neuron_smoke.numerics import finite_absmax, normwise_error
 
 REFS = ("baseline", "cpu")
 AMPLIFY = 10.0
@@ -43,7 +44,7 @@ def floors(reference: Capture) -> dict[str, float]:
     found: dict[str, float] = {}
     for name, t in reference.tensors.items():
         if _kind(name) in FLOORED and tensors.comparable(t) and t.numel():
-            top = float(torch.nan_to_num(t.detach().abs().double(), nan=0.0, posinf=0.0).max())
+            top = finite_absmax(t.detach())
             found[_kind(name)] = max(found.get(_kind(name), 0.0), top)
     return {kind: NEGLIGIBLE * top for kind, top in found.items()}
 
@@ -51,12 +52,12 @@ def floors(reference: Capture) -> dict[str, float]:
 def _error(name: str, value: torch.Tensor, baseline: Baseline, floor: float) -> float | None:
     full = baseline.full(name)
     if full is not None:
-        return tensors.normwise(value, full, floor)
+        return normwise_error(value, full, floor)
     sk = baseline.sketch(name)
     if sk is not None:
         if list(value.shape) != baseline.index["tensors"][name]["shape"]:
             return math.inf
-        return tensors.normwise(tensors.sketch(value), sk)
+        return normwise_error(tensors.sketch(value), sk)
     return None
 
 
@@ -72,7 +73,7 @@ def per_tensor(device: Capture, cpu: Capture, baseline: Baseline | None, rtol: f
             "tensor": name,
             "layer": device.layer_of.get(name),
             "shape": list(value.shape),
-            "vs_cpu": tensors.normwise(value, ref_cpu, floor) if ref_cpu is not None else None,
+            "vs_cpu": normwise_error(value, ref_cpu, floor) if ref_cpu is not None else None,
             "vs_baseline": None,
             "cpu_vs_baseline": None,
         }

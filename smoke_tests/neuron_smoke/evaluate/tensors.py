@@ -8,7 +8,6 @@ normwise like those between full tensors, so a projected tensor is compared on t
 
 from __future__ import annotations
 
-import math
 from typing import Any
 
 import torch
@@ -51,19 +50,6 @@ def summary(tensor: torch.Tensor) -> dict[str, Any]:
             nonfinite=int((~torch.isfinite(d)).sum()),
         )
     return data
-
-
-def normwise(value: torch.Tensor, reference: torch.Tensor, floor: float = 0.0) -> float:
-    """max |value - reference| / max(max |reference|, floor) (absolute when both are zero); NaN/inf count as inf."""
-    v, r = value.detach().cpu().to(torch.float64), reference.detach().cpu().to(torch.float64)
-    if v.shape != r.shape:
-        return math.inf
-    if v.numel() == 0:
-        return 0.0
-    diff = torch.nan_to_num((v - r).abs(), nan=math.inf, posinf=math.inf)
-    worst = float(diff.max())
-    scale = max(float(torch.nan_to_num(r.abs(), nan=0.0, posinf=0.0).max()), floor)
-    return worst / scale if scale > 0 else worst
 
 
 def comparable(tensor: torch.Tensor) -> bool:

@@ -40,6 +40,31 @@ def test_zero_rows_allow_only_exact_zeros() -> None:
 
 def test_normwise_error_treats_nan_as_failure() -> None:
     assert normwise_error(torch.tensor([float("nan")]), torch.tensor([1.0])) == float("inf")
+    assert normwise_error(torch.tensor([1.0, float("inf")]), torch.tensor([1.0, 2.0])) == float("inf")
+
+
+def test_normwise_is_relative_to_the_reference_and_absolute_against_zero() -> None:
+    ref = torch.tensor([1.0, -2.0, 4.0])
+    assert normwise_error(ref + torch.tensor([0.0, 0.5, 0.0]), ref) == 0.5 / 4.0
+    assert normwise_error(torch.tensor([0.25, 0.0]), torch.zeros(2)) == 0.25
+    assert normwise_error(ref, ref.clone()) == 0.0
+    assert normwise_error(torch.zeros(0), torch.zeros(0)) == 0.0
+
+
+def test_normwise_counts_a_shape_change_and_non_finite_values_as_infinite() -> None:
+    ref = torch.tensor([1.0, 2.0])
+    assert normwise_error(torch.tensor([1.0, 2.0, 3.0]), ref) == float("inf")
+    assert normwise_error(ref.reshape(2, 1), ref) == float("inf")
+    assert normwise_error(torch.tensor([1.0, float("inf")]), ref) == float("inf")
+    assert normwise_error(torch.tensor([float("nan"), 2.0]), ref) == float("inf")
+    # an infinite reference element does not make the scale infinite (which would hide every error)
+    assert normwise_error(torch.tensor([1.5, 5.0]), torch.tensor([1.0, float("inf")])) == float("inf")
+    assert normwise_error(torch.tensor([1.5]), torch.tensor([1.0])) == 0.5
+
+
+def test_normwise_error_of_complex_tensors_and_against_a_floor() -> None:
+    assert normwise_error(torch.tensor([0.1]), torch.tensor([0.0]), floor=0.5) == pytest.approx(0.2)
+    assert normwise_error(torch.tensor([1 + 1j]), torch.tensor([1 + 0j])) == pytest.approx(1.0)  # not the real part
 
 
 def test_expected_pins_include_named_and_locked_entries() -> None:

@@ -13,6 +13,7 @@ import torch
 from neuron_smoke.evaluate import compare, tensors
 from neuron_smoke.evaluate.baseline import Baseline
 from neuron_smoke.evaluate.capture import Capture
+from neuron_smoke.numerics import normwise_error
 
 RTOL = 1e-3
 REF = torch.tensor([1.0, 2.0, -4.0])
@@ -47,10 +48,10 @@ def test_each_tensor_is_compared_with_both_references_and_the_cause_is_named() -
     same, dev, env = rows["same"], rows["dev"], rows["env"]
     assert (same["vs_cpu"], same["vs_baseline"], same["cpu_vs_baseline"]) == (0.0, 0.0, 0.0)
     assert (same["ok"], same["source"], same["layer"], same["shape"]) == (True, "-", "fc", [3])
-    assert dev["vs_cpu"] == tensors.normwise(device.tensors["dev"], REF) > RTOL and dev["cpu_vs_baseline"] == 0.0
+    assert dev["vs_cpu"] == normwise_error(device.tensors["dev"], REF) > RTOL and dev["cpu_vs_baseline"] == 0.0
     assert (dev["ok"], dev["source"]) == (False, "device")
     # the device agrees with its own CPU; both differ from the old environment's run
-    assert env["vs_cpu"] == 0.0 and env["vs_baseline"] == env["cpu_vs_baseline"] == tensors.normwise(
+    assert env["vs_cpu"] == 0.0 and env["vs_baseline"] == env["cpu_vs_baseline"] == normwise_error(
         REF, base.full("env")
     )
     assert (env["ok"], env["source"]) == (False, "environment")
@@ -73,7 +74,7 @@ def test_a_sketched_baseline_tensor_is_compared_through_its_sketch_and_a_shape_c
     base = _baseline({}, {"w": big, "v": big})
     device = _cap("cpu", {"w": _off(big, 0.2), "v": big.reshape(30, 40)})
     rows = {r["tensor"]: r for r in compare.per_tensor(device, device, base, RTOL)}
-    assert rows["w"]["vs_baseline"] == tensors.normwise(tensors.sketch(device.tensors["w"]), tensors.sketch(big)) > 0
+    assert rows["w"]["vs_baseline"] == normwise_error(tensors.sketch(device.tensors["w"]), tensors.sketch(big)) > 0
     assert rows["v"]["vs_baseline"] == math.inf  # the same elements in another shape are not the same tensor
     assert rows["w"]["source"] == rows["v"]["source"] == "environment"
 

@@ -1,4 +1,4 @@
-"""neuron_smoke.evaluate.tensors: the count sketch (fixed, linear, shape-blind), summaries, the normwise error."""
+"""neuron_smoke.evaluate.tensors: the count sketch (fixed, linear, shape-blind), summaries."""
 
 from __future__ import annotations
 
@@ -39,25 +39,6 @@ def test_a_summary_holds_the_statistics_of_a_float_tensor_and_only_the_shape_of_
     assert tensors.summary(torch.tensor([2.0]))["std"] == 0.0  # one element: no NaN from the unbiased std
     assert tensors.summary(torch.arange(3)) == {"shape": [3], "dtype": "int64", "numel": 3}
     assert tensors.summary(torch.zeros(0, 4)) == {"shape": [0, 4], "dtype": "float32", "numel": 0}
-
-
-def test_normwise_is_relative_to_the_reference_and_absolute_against_zero() -> None:
-    ref = torch.tensor([1.0, -2.0, 4.0])
-    assert tensors.normwise(ref + torch.tensor([0.0, 0.5, 0.0]), ref) == 0.5 / 4.0
-    assert tensors.normwise(torch.tensor([0.25, 0.0]), torch.zeros(2)) == 0.25
-    assert tensors.normwise(ref, ref.clone()) == 0.0
-    assert tensors.normwise(torch.zeros(0), torch.zeros(0)) == 0.0
-
-
-def test_normwise_counts_a_shape_change_and_non_finite_values_as_infinite() -> None:
-    ref = torch.tensor([1.0, 2.0])
-    assert tensors.normwise(torch.tensor([1.0, 2.0, 3.0]), ref) == math.inf
-    assert tensors.normwise(ref.reshape(2, 1), ref) == math.inf
-    assert tensors.normwise(torch.tensor([1.0, float("inf")]), ref) == math.inf
-    assert tensors.normwise(torch.tensor([float("nan"), 2.0]), ref) == math.inf
-    # an infinite reference element does not make the scale infinite (which would hide every error)
-    assert tensors.normwise(torch.tensor([1.5, 5.0]), torch.tensor([1.0, float("inf")])) == math.inf
-    assert tensors.normwise(torch.tensor([1.5]), torch.tensor([1.0])) == 0.5
 
 
 @pytest.mark.parametrize(
