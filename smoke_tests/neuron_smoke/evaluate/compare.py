@@ -62,6 +62,9 @@ def _error(name: str, value: torch.Tensor, baseline: Baseline, floor: float) -> 
 
 
 def per_tensor(device: Capture, cpu: Capture, baseline: Baseline | None, rtol: float) -> list[dict[str, Any]]:
+    """Each tensor's errors against the same-machine CPU run and the baseline. When `cpu` is the device run itself (the
+    device is the CPU) its errors are 0 and the CPU's against the baseline are the device's, so neither is computed
+    twice."""
     rows = []
     names = [n for n, t in device.tensors.items() if tensors.comparable(t)]
     floor_of = floors(cpu)
@@ -73,13 +76,15 @@ def per_tensor(device: Capture, cpu: Capture, baseline: Baseline | None, rtol: f
             "tensor": name,
             "layer": device.layer_of.get(name),
             "shape": list(value.shape),
-            "vs_cpu": normwise_error(value, ref_cpu, floor) if ref_cpu is not None else None,
+            "vs_cpu": None if ref_cpu is None else 0.0 if ref_cpu is value else normwise_error(value, ref_cpu, floor),
             "vs_baseline": None,
             "cpu_vs_baseline": None,
         }
         if baseline is not None and name in baseline.index["tensors"]:
             row["vs_baseline"] = _error(name, value, baseline, floor)
-            if ref_cpu is not None:
+            if ref_cpu is value:
+                row["cpu_vs_baseline"] = row["vs_baseline"]
+            elif ref_cpu is not None:
                 row["cpu_vs_baseline"] = _error(name, ref_cpu, baseline, floor)
         row["ok"] = all(row[k] is None or row[k] <= rtol for k in ("vs_cpu", "vs_baseline"))
         row["source"] = _source(row, rtol)

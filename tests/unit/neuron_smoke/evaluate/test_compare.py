@@ -57,6 +57,15 @@ def test_each_tensor_is_compared_with_both_references_and_the_cause_is_named() -
     assert (env["ok"], env["source"]) == (False, "environment")
 
 
+def test_on_the_cpu_the_device_run_is_the_cpu_run_and_its_baseline_errors_are_the_cpus() -> None:
+    device = _cap("cpu", {"same": REF, "env": _off(REF, 0.5)})
+    base = _baseline({"same": REF, "env": REF})
+    rows = {r["tensor"]: r for r in compare.per_tensor(device, device, base, RTOL)}
+    env = rows["env"]
+    assert env["vs_cpu"] == 0.0 and env["vs_baseline"] == env["cpu_vs_baseline"] == normwise_error(_off(REF, 0.5), REF)
+    assert (env["ok"], env["source"], rows["same"]["ok"]) == (False, "environment", True)
+
+
 def test_without_a_baseline_or_a_cpu_value_only_the_other_reference_counts() -> None:
     device = _cap("neuron", {"a": _off(REF, 0.5), "b": REF})
     rows = compare.per_tensor(device, _cap("cpu", {"b": REF}), None, RTOL)
