@@ -12,7 +12,7 @@ dropout that followed it.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
-from typing import Any
+from typing import Any, Protocol
 
 import torch
 from torch import nn
@@ -51,51 +51,66 @@ def made_since(roots: list[Any], start: int) -> Iterator[Any]:
     todo, seen = list(roots), set()
     while todo:
         node = todo.pop()
-        if node is None or node.name().endswith("AccumulateGrad") or node._sequence_nr() < start:
+        if node is None:
             continue
-        found = key(node)
-        if found in seen:
+        seq = node._sequence_nr()
+        if seq < start:
             continue
-        seen.add(found)
+        name = node.name()
+        if name.endswith("AccumulateGrad") or (seq, name) in seen:
+            continue
+        seen.add((seq, name))
         yield node
         todo.extend(n for n, _ in node.next_functions)
+
+
+class Listener(Protocol):
+    """Told of each module call Nesting sees, so a second set of hooks need not walk the same graph again."""
+
+    def entered(self, label: str, inputs: tuple[Any, dict[str, Any]], start: int) -> None:
+        """A call starts: its (args, kwargs) and the sequence number of its first node (-1: none will be made)."""
+
+    def left(self, label: str, inputs: tuple[Any, dict[str, Any]], output: Any, made: list[Any]) -> None:
+        """A call ended: `made` its autograd nodes and its inner modules' (made_since its start)."""
 
 
 class Nesting:
     """The modules whose forward is running (innermost last) and the owner of each autograd node made in them.
 
     `stack` is left as it was when a forward raised (the post hooks did not run), so it names where an error happened.
+    A `listener` is told of each call after Nesting has taken it in.
     """
 
-    def __init__(self, model: nn.Module) -> None:
+    def __init__(self, model: nn.Module, listener: Listener | None = None) -> None:
         self.stack: list[str] = []
         self.owner: dict[NodeKey, str] = {}
+        self.listener = listener
         self._starts: list[int] = []
         self._handles: list[Any] = []
         for name, module in model.named_modules():
-            self._handles.append(module.register_forward_pre_hook(self._enter(name or ROOT)))
-            self._handles.append(module.register_forward_hook(self._leave))
+            self._handles.append(module.register_forward_pre_hook(self._enter(name or ROOT), with_kwargs=True))
+            self._handles.append(module.register_forward_hook(self._leave, with_kwargs=True))
 
     def _enter(self, label: str) -> Callable[..., None]:
-        def hook(*_: Any) -> None:
+        def hook(_module: nn.Module, args: Any, kwargs: dict[str, Any]) -> None:
             self.stack.append(label)
             transformed = torch._C._functorch.peek_interpreter_stack() is not None
-            self._starts.append(next_sequence_nr() if torch.is_grad_enabled() and not transformed else -1)
+            start = next_sequence_nr() if torch.is_grad_enabled() and not transformed else -1
+            self._starts.append(start)
+            if self.listener is not None:
+                self.listener.entered(label, (args, kwargs), start)
 
         return hook
 
-    def _leave(self, _module: nn.Module, _args: Any, output: Any) -> None:
+    def _leave(self, _module: nn.Module, args: Any, kwargs: dict[str, Any], output: Any) -> None:
         if not self.stack:
             return
         label, start = self.stack.pop(), self._starts.pop()
-        if start >= 0:
-            self._claim(_grad_fns(output), start, label)
-
-    def _claim(self, roots: list[Any], start: int, label: str) -> None:
-        """Own the nodes made since `start` that lead to the outputs; an inner module's stay its own, but the walk goes
-        through them to reach nodes this module made before calling it."""
-        for node in made_since(roots, start):
-            self.owner.setdefault(key(node), label)
+        made = list(made_since(_grad_fns(output), start)) if start >= 0 else []
+        for node in made:  # an inner module's nodes stay its own, but the walk goes through them to reach nodes this
+            self.owner.setdefault(key(node), label)  # module made before calling it
+        if self.listener is not None:
+            self.listener.left(label, (args, kwargs), output, made)
 
     def current(self) -> str:
         """The innermost module running forward, or the owner of the node running backward; ROOT outside both."""

@@ -109,11 +109,11 @@ def _input_edges(inputs: list[torch.Tensor]) -> dict[tuple[attribution.NodeKey, 
     return edges
 
 
-def _keep_input_grads(cap: Capture, layer: str, call: str, outputs: list[torch.Tensor], start: int, edges: Any) -> None:
+def _keep_input_grads(cap: Capture, layer: str, call: str, made: list[Any], edges: Any) -> None:
     """actgrad/<call>/in/<i>: the gradient the call passes on to each input, its own part only (a tensor that other
-    modules read too gets the sum of all their parts), taken from the call's own nodes' edges into the input; no node
-    is added to the graph, so the model's backward runs as it would. Inputs that are leaves get none."""
-    for node in attribution.made_since([t.grad_fn for t in outputs], start):
+    modules read too gets the sum of all their parts), taken from the edges of the call's own nodes (`made`) into the
+    input; no node is added to the graph, so the model's backward runs as it would. Inputs that are leaves get none."""
+    for node in made:
         for slot, (target, nr) in enumerate(node.next_functions):
             for i in edges.get((attribution.key(target), nr), []) if target is not None else []:
                 node.register_hook(_at_slot(_adder(cap, layer, f"actgrad/{call}/in/{i}"), slot))
@@ -130,50 +130,42 @@ def _at_slot(keep: Callable[[torch.Tensor], None], slot: int) -> Callable[..., N
     return hook
 
 
-def _hook_modules(model: nn.Module, cap: Capture) -> list[Any]:
-    """Pre and post forward hooks on every module, the root included (as ROOT): each call's floating-point inputs and
-    outputs (act/<call>/in|out/<i>) and, in backward, the gradients at them (actgrad/<call>/in|out/<i>: `out` the
-    gradient reaching the call from what used its outputs, `in` the one the call passes on to its inputs)."""
-    handles = []
-    seen: dict[str, int] = {}
-    running: dict[str, list[tuple[str, int, Any]]] = {}  # module -> its calls in progress: (call, start, edges)
+class _Keeper:
+    """Keeps each module call's floating-point inputs and outputs (act/<call>/in|out/<i>) and, in backward, the
+    gradients at them (actgrad/<call>/in|out/<i>: `out` the gradient reaching the call from what used its outputs,
+    `in` the one the call passes on to its inputs); an attribution.Listener, told of every module's calls, the root's
+    included (as ROOT)."""
 
-    def make(name: str) -> tuple[Callable[..., None], Callable[..., None]]:
-        def enter(_mod: nn.Module, args: Any, kwargs: Any) -> None:
-            if inv.transform_active():
-                return
-            count = seen[name] = seen.get(name, 0) + 1
-            call = name if count == 1 else f"{name}#{count}"
-            grad = torch.is_grad_enabled()
-            start = attribution.next_sequence_nr() if grad else -1
-            running.setdefault(name, []).append(
-                (call, start, _input_edges(float_leaves((args, kwargs))) if grad else {})
-            )
+    def __init__(self, cap: Capture) -> None:
+        self.cap = cap
+        self.seen: dict[str, int] = {}
+        self.running: dict[str, list[tuple[str, int, Any]]] = {}  # module -> calls in progress: (call, start, edges)
 
-        def leave(_mod: nn.Module, args: Any, kwargs: Any, out: Any) -> None:
-            if inv.transform_active() or not running.get(name):  # batched or functional tensors: no values of their own
-                cap.under_transform.add(name)
-                return
-            call, start, edges = running[name].pop()
-            cap.order.append(call)
-            for i, t in enumerate(float_leaves((args, kwargs))):
-                cap.tensors[f"act/{call}/in/{i}"] = _cpu(t)
-                cap.layer_of[f"act/{call}/in/{i}"] = name
-            outputs = float_leaves(out)
-            for i, t in enumerate(outputs):
-                cap.tensors[f"act/{call}/out/{i}"] = _cpu(t)
-                cap.layer_of[f"act/{call}/out/{i}"] = name
-            _keep_output_grads(cap, name, call, outputs)
-            if start >= 0 and edges:
-                _keep_input_grads(cap, name, call, outputs, start, edges)
+    def entered(self, label: str, inputs: tuple[Any, dict[str, Any]], start: int) -> None:
+        if inv.transform_active():
+            return
+        count = self.seen[label] = self.seen.get(label, 0) + 1
+        call = label if count == 1 else f"{label}#{count}"
+        edges = _input_edges(float_leaves(inputs)) if start >= 0 else {}
+        self.running.setdefault(label, []).append((call, start, edges))
 
-        return enter, leave
-
-    for name, module in model.named_modules():
-        enter, leave = make(name or inv.ROOT)
-        handles.append(module.register_forward_pre_hook(enter, with_kwargs=True))
-        handles.append(module.register_forward_hook(leave, with_kwargs=True))
-    return handles
+    def left(self, label: str, inputs: tuple[Any, dict[str, Any]], output: Any, made: list[Any]) -> None:
+        cap = self.cap
+        if inv.transform_active() or not self.running.get(label):  # batched or functional tensors: no own values
+            cap.under_transform.add(label)
+            return
+        call, start, edges = self.running[label].pop()
+        cap.order.append(call)
+        for i, t in enumerate(float_leaves(inputs)):
+            cap.tensors[f"act/{call}/in/{i}"] = _cpu(t)
+            cap.layer_of[f"act/{call}/in/{i}"] = label
+        outputs = float_leaves(output)
+        for i, t in enumerate(outputs):
+            cap.tensors[f"act/{call}/out/{i}"] = _cpu(t)
+            cap.layer_of[f"act/{call}/out/{i}"] = label
+        _keep_output_grads(cap, label, call, outputs)
+        if start >= 0 and edges:
+            _keep_input_grads(cap, label, call, made, edges)
 
 
 def _moved(spec: ModelSpec, device: str) -> tuple[nn.Module, list[str], tuple[Any, ...], dict[str, Any]]:
@@ -213,8 +205,7 @@ def train_step(
     cap = Capture(device=device)
     model, cap.untied, args, kwargs = _moved(spec, device)
     optimizer = torch.optim.SGD(model.parameters(), lr=LR, momentum=0.9)
-    nesting = attribution.Nesting(model)  # before the capture's hooks: a module's own post hook runs after them
-    handles = _hook_modules(model, cap) if activations else []
+    nesting = attribution.Nesting(model, _Keeper(cap) if activations else None)
     if tracker is not None:
         tracker.clear_op_tracking()
     with ExitStack() as stack:
@@ -236,8 +227,6 @@ def train_step(
             raise _failed(exc, phase, nesting.stack, recorded) from exc
         finally:
             nesting.remove()
-            for h in handles:
-                h.remove()
     if tracker is not None:
         cap.fallback_ops = sorted({str(op) for op in tracker.get_fallback_ops()})
     cap.random_ops = dict(sorted(drawer.calls.items()))
