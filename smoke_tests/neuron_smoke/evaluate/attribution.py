@@ -112,16 +112,13 @@ class Nesting:
         if self.listener is not None:
             self.listener.left(label, (args, kwargs), output, made)
 
-    def current(self) -> str:
-        """The innermost module running forward, or the owner of the node running backward; ROOT outside both."""
+    def where(self) -> tuple[str, str]:
+        """(module, phase): the innermost module running forward, or the owner of the node running backward (ROOT
+        outside both), and "forward" or "backward"; one look at the autograd engine, as it is asked for every op."""
         node = torch._C._current_autograd_node()
         if node is not None:
-            return self.owner.get(key(node), ROOT)
-        return self.stack[-1] if self.stack else ROOT
-
-    @staticmethod
-    def in_backward() -> bool:
-        return torch._C._current_autograd_node() is not None
+            return self.owner.get(key(node), ROOT), "backward"
+        return self.stack[-1] if self.stack else ROOT, "forward"
 
     def remove(self) -> None:
         for h in self._handles:

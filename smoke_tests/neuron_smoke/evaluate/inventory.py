@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass, field
+from functools import cache
 from typing import Any
 
 import torch
@@ -61,7 +62,9 @@ def _tensors(args: Any, kwargs: Any) -> list[torch.Tensor]:
     return found
 
 
+@cache
 def op_name(func: Any) -> str:
+    """aten::addmm.default (an op overload's name; asked for every op, so kept)."""
     return f"{func._schema.name}.{func._overloadname}"
 
 
@@ -78,8 +81,7 @@ class _Recorder:
         self.failed: Key | None = None  # (op, module, phase) of an op that raised
 
     def note(self, func: Any, args: Any, kwargs: dict[str, Any]) -> Key:
-        phase = "backward" if self.nesting.in_backward() else "forward"
-        key = (op_name(func), self.nesting.current(), phase)
+        key = (op_name(func), *self.nesting.where())
         rec = self.records.get(key)
         if rec is None:
             rec = self.records[key] = OpRecord(*key)
@@ -94,7 +96,7 @@ class _Recorder:
 
     def note_transform(self, func: Any) -> None:
         """A torch function called inside a torch.func transform (the dispatch mode sees only the unbatched ops)."""
-        key = (resolve_name(func) or getattr(func, "__name__", str(func)), self.nesting.current(), "forward")
+        key = (resolve_name(func) or getattr(func, "__name__", str(func)), self.nesting.where()[0], "forward")
         rec = self.records.get(key)
         if rec is None:
             rec = self.records[key] = OpRecord(*key, under_transform=True)

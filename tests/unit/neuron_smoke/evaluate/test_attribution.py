@@ -19,8 +19,7 @@ class _Owners(TorchDispatchMode):  # type: ignore[no-untyped-call]  # untyped in
         self.seen: list[tuple[str, str, str]] = []  # (op, module, phase)
 
     def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
-        phase = "backward" if self.nesting.in_backward() else "forward"
-        self.seen.append((func._schema.name, self.nesting.current(), phase))
+        self.seen.append((func._schema.name, *self.nesting.where()))
         return func(*args, **(kwargs or {}))
 
     def modules(self, op: str, phase: str) -> set[str]:
@@ -93,7 +92,7 @@ def test_the_stack_names_where_a_forward_raised() -> None:
     with attribution.Nesting(model) as nesting, pytest.raises(ValueError, match="bad"):
         model(torch.ones(1, 2))
     assert nesting.stack == [attribution.ROOT, "1"]
-    assert nesting.current() == "1"
+    assert nesting.where() == ("1", "forward")
 
 
 def test_no_grad_forward_claims_nothing() -> None:
