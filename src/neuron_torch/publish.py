@@ -222,10 +222,15 @@ def published(skopeo: str, reference: str) -> tuple[str, str] | None:
 
 
 def copy(skopeo: str, source: str, destination: str, *options: str) -> str:
-    """One `skopeo copy` with Docker's credentials; the digest of the manifest it pushed."""
+    """One `skopeo copy` with Docker's credentials; the digest of the manifest it pushed. Its temporary files (a
+    docker-daemon source is first written out whole, as docker-tar*) go into a folder of ours, not /var/tmp (skopeo
+    1.9 ignores TMPDIR): a skopeo stopped by Ctrl-C leaves its file there, and the folder goes with it."""
     with tempfile.TemporaryDirectory(prefix="neuron-torch-publish-") as folder:
         digest_file = Path(folder) / "digest"
-        command = [skopeo, "copy", "--quiet", *options, "--digestfile", str(digest_file), *auth_options()]
+        scratch = Path(folder) / "tmp"
+        scratch.mkdir()
+        command = [skopeo, "--tmpdir", str(scratch), "copy", "--quiet", *options, "--digestfile", str(digest_file)]
+        command += auth_options()
         result = subprocess.run([*command, source, destination], capture_output=True, text=True, check=False)
         digest = digest_file.read_text().strip() if digest_file.is_file() else ""
     if result.returncode != 0 or not re.fullmatch(r"sha256:[0-9a-f]{64}", digest):

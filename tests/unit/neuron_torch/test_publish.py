@@ -10,12 +10,14 @@ import json
 import os
 import socket
 import subprocess
+import tempfile
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 
+from neuron_cell.boundary import EXIT_INTERRUPTED
 from neuron_torch.cli import main
 from neuron_torch.errors import NeuronTorchError
 from neuron_torch.matrix import Matrix
@@ -39,7 +41,7 @@ echo "sha256:1234 {$labels,\\"io.neuron-torch.bom\\":\\"sha256:b0\\"}"
 """
 # skopeo copy [options] --digestfile FILE [--authfile FILE] SOURCE DESTINATION
 FAKE_SKOPEO = """#!/usr/bin/env python3
-import os, shutil, sys
+import os, shutil, signal, sys
 args = sys.argv[1:]
 if os.environ["FAKE_PUSH_ERROR"]:
     sys.exit(os.environ["FAKE_PUSH_ERROR"])
@@ -51,6 +53,14 @@ if args[0] == "inspect":  # inspect --raw [--authfile FILE] docker://REF: by dig
         sys.exit("reading manifest x: manifest unknown: manifest unknown")
     print(os.environ["FAKE_PUBLISHED"], end="")
     sys.exit(0)
+# skopeo 1.9 writes a docker-daemon source out whole first, into --tmpdir or else /var/tmp (TMPDIR is ignored), and
+# a SIGINT leaves that file behind (measured with the real skopeo 1.9.3); FAKE_VAR_TMP stands for /var/tmp.
+scratch = args[1] if args[0] == "--tmpdir" else os.environ["FAKE_VAR_TMP"]
+if args[-2].startswith("docker-daemon:"):
+    open(os.path.join(scratch, "docker-tar123"), "w").write("the image, written out")
+if os.environ.get("FAKE_INTERRUPT"):  # the user presses Ctrl-C: the terminal signals the whole process group
+    os.kill(os.getppid(), signal.SIGINT)
+    os.kill(os.getpid(), signal.SIGINT)
 open(os.environ["FAKE_LOG"], "a").write(" ".join(args) + "\\n")
 if args[-2].startswith("dir:"):  # the SBOMs' artifact: kept for the test to read
     shutil.copytree(args[-2].removeprefix("dir:"), os.environ["FAKE_SBOM_COPY"])
@@ -151,6 +161,8 @@ def fake_docker(committed: Matrix, tmp_path: Path, monkeypatch: pytest.MonkeyPat
     monkeypatch.setenv("FAKE_BOM", str(tmp_path / "bom"))
     monkeypatch.setenv("FAKE_MANIFEST", MANIFEST)
     monkeypatch.setenv("FAKE_SBOM_COPY", str(tmp_path / "sbom-artifact"))
+    (tmp_path / "var-tmp").mkdir()
+    monkeypatch.setenv("FAKE_VAR_TMP", str(tmp_path / "var-tmp"))
     env = {"DOCKER": str(script), "FAKE_LOG": str(log), "FAKE_DIGEST": DIGEST, "FAKE_IMAGE": "built",
            "FAKE_RELEASE": committed.release.name, "FAKE_CELL": cell, "FAKE_PUSH_ERROR": "",
            "FAKE_PUBLISHED": "", "FAKE_BASE": f"base:1@{BASE_DIGEST}", "FAKE_BASE_DIGEST": BASE_DIGEST}  # fmt: skip
@@ -235,6 +247,20 @@ def test_publish_failures_are_one_line_and_write_nothing(
     assert message.format(cell=committed.release.default_cell, matrix=committed.path) in error
     assert len(error.splitlines()) == 1 and not record.exists()
     assert not fake_docker.exists(), "nothing pushed"
+
+
+def test_ctrl_c_during_a_push_is_one_line_and_leaves_no_temporary_file(
+    site: Site, tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("FAKE_INTERRUPT", "1")
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path / "tmp"))
+    (tmp_path / "tmp").mkdir()
+    record = tmp_path / "record.json"
+    assert run_publish(site.matrix, site.registry, record) == EXIT_INTERRUPTED
+    assert "interrupted (Ctrl-C)" in capsys.readouterr().err
+    assert not record.exists()
+    assert list((tmp_path / "var-tmp").iterdir()) == [], "skopeo wrote the image to /var/tmp, where nobody removes it"
+    assert list((tmp_path / "tmp").iterdir()) == [], "the push's own folder (and skopeo's file in it) is removed"
 
 
 def test_an_immutable_tag_is_never_moved_and_a_second_publish_moves_only_the_moving_tags(
