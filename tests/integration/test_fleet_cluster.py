@@ -1,0 +1,124 @@
+"""verify.yml's multi-node run (-e neuron_verify_cluster=true): one node per host, its rank its place among the targeted
+hosts, node 0 the master, every node's report fetched into the run's own folder and judged by `neuron-torch
+cluster-report` on the controller, each host's verdict its node's.
+
+The hosts are four inventory hosts on this machine, each on its own loopback address (127.0.0.2-4 as in
+tests/integration/smoke/test_cluster.py), run over Ansible's local connection with this checkout's real CPU torch: the
+twin's SSH hosts carry the test bed's fixture torch, which has no TCPStore or gloo to join a run with (the only CPU
+torch wheel here is for Python 3.11, the twin hosts' Python is 3.12). The fourth host never answers (SSH to a closed
+port): its node never joins, and it must be named unreachable and missing, never passed, while the three that ran
+pass on their own nodes' verdicts. The cluster stages themselves, and the six faults, are test_cluster.py's.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import socket
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from neuron_torch.matrix import load_matrix
+from tests.integration.smoke.conftest import make_base_env
+from tests.integration.test_ansible import ANSIBLE, REPO, run, tool
+from tests.simdevice.environment import test_release_facts as release_facts  # (not a test: pytest would collect it)
+
+pytestmark = pytest.mark.skipif(
+    shutil.which("fi_info") is None,
+    reason="fi_info not on PATH: install Debian's libfabric-bin (its tcp provider is the test fabric)",
+)
+NODES = ("n0", "n1", "n2", "gone")
+STAGES = "fabric,consistency,allreduce"
+SMALL = ["--allreduce-max-bytes", "65536"]
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.2", 0))
+        return int(probe.getsockname()[1])
+
+
+def inventory(folder: Path, python: str) -> Path:
+    """The inventory, as YAML (written as JSON, which YAML reads): the hosts in rank order."""
+    cell = load_matrix(REPO / "constraints" / "matrix.toml").cells[0].record_path  # a committed cell record
+    hosts: dict[str, dict[str, Any]] = {}
+    for rank, name in enumerate(NODES):
+        addr = f"127.0.0.{rank + 2}"
+        if name == "gone":  # nothing listens on port 1: the connection is refused at once
+            hosts[name] = {"ansible_host": addr, "ansible_port": 1, "ansible_connection": "ssh", "ansible_user": "x"}
+            continue
+        hosts[name] = {
+            "ansible_host": addr,
+            "ansible_connection": "local",
+            "ansible_become": False,
+            "ansible_python_interpreter": python,
+            "neuron_verify_command_link": str(REPO / "scripts" / "verify-device.sh"),
+            "neuron_verify_cell_file": str(cell),
+            "neuron_verify_report": str(folder / name / "report.json"),
+            "neuron_verify_extra_args": [*["--local-addr", addr, "--stages", STAGES, "--timeout", "90"], *SMALL],
+        }
+    path = folder / "inventory.yml"
+    path.write_text(json.dumps({"nodes": {"hosts": hosts}}, indent=2))
+    return path
+
+
+def test_a_multi_node_fleet_run_gives_each_host_its_node_verdict_and_never_passes_a_missing_host(
+    tmp_path: Path, request: pytest.FixtureRequest
+) -> None:
+    python = str(tool("python"))
+    summary = tmp_path / "summary"
+    env = make_base_env(tmp_path)
+    env.update(
+        NEURON_SMOKE_INSTANCE_FACTS=str(release_facts(tmp_path)),  # the test release's fabric provider: tcp
+        NEURON_TORCH_PYTHON=str(REPO / ".venv" / "bin" / "python"),
+        ANSIBLE_HOST_KEY_CHECKING="True",
+    )
+    extra = {
+        "neuron_verify_cluster": True,
+        "neuron_verify_device": "cpu",
+        "neuron_verify_master_port": free_port(),
+        "neuron_verify_join_timeout": 20,
+        "neuron_verify_venv": str(REPO / ".venv"),
+        "neuron_verify_summary": str(summary),
+    }
+    argv = [tool("ansible-playbook"), "-i", inventory(tmp_path, python), "playbooks/verify.yml"]
+    argv += ["-e", json.dumps(extra)]
+    result = run(argv, cwd=ANSIBLE, timeout=600, env=env)
+    print(result.stdout[-8000:], result.stderr[-3000:])
+    assert result.returncode != 0, "a host is missing: the play must fail"
+    data = json.loads(summary.with_suffix(".json").read_text())
+    hosts = {h["host"]: h for h in data["hosts"]}
+    assert [h["host"] for h in data["hosts"]] == list(NODES), "every targeted host, once, in rank order"
+    assert (data["passed"], data["total"]) == (3, 4)
+    assert {name: hosts[name]["verdict"] for name in NODES} == {"n0": "pass", "n1": "pass", "n2": "pass",
+                                                               "gone": "unreachable"}  # fmt: skip
+    reports = Path(data["cluster_reports"])  # the run's own folder under the checkout's .neuron-torch/cluster/
+    request.addfinalizer(lambda: shutil.rmtree(reports, ignore_errors=True))
+    assert reports.parent == REPO / ".neuron-torch" / "cluster"
+    assert sorted(p.name for p in reports.glob("node-*.json")) == ["node-0.json", "node-1.json", "node-2.json"]
+    verdict = json.loads((reports / "cluster-report.json").read_text())
+    nodes = {n["rank"]: n for n in verdict["nodes"]}
+    assert verdict["passed"] is False and nodes[3]["verdict"] == "MISSING"
+    assert all(nodes[r]["verdict"] == "PASS" for r in (0, 1, 2)), verdict
+    for rank in (0, 1, 2):  # each node was started as its own rank of four, with node 0 as the master
+        cluster = json.loads((reports / f"node-{rank}.json").read_text())["cluster"]
+        assert (cluster["nnodes"], cluster["node_rank"], cluster["missing"]) == (4, rank, [3]), cluster
+        assert cluster["master"] == f"127.0.0.2:{extra['neuron_verify_master_port']}"
+    text = summary.with_suffix(".txt").read_text()
+    assert "3 passed, 0 failed, 1 unreachable" in text and "gone: unreachable" in text
+
+
+def test_a_multi_node_run_whose_hosts_cannot_start_together_is_refused_before_any_runs(tmp_path: Path) -> None:
+    summary = tmp_path / "summary"
+    extra = {"neuron_verify_cluster": True, "neuron_verify_summary": str(summary)}
+    argv = [tool("ansible-playbook"), "-i", inventory(tmp_path, str(tool("python"))), "playbooks/verify.yml"]
+    result = run([*argv, "--forks", "2", "-e", json.dumps(extra)], cwd=ANSIBLE, timeout=300)
+    print(result.stdout[-4000:])
+    assert result.returncode != 0
+    assert "needs its 4 hosts to start together, but Ansible runs at most 2 at once: run with --forks 4" in " ".join(
+        result.stdout.split()
+    )
+    assert not list(tmp_path.glob("n*/report.json")), "no node ran"
+    assert not summary.with_suffix(".json").exists(), "no summary that would call the hosts unreachable"
