@@ -2,12 +2,13 @@
 hosts, node 0 the master, every node's report fetched into the run's own folder and judged by `neuron-torch
 cluster-report` on the controller, each host's verdict its node's.
 
-The hosts are four inventory hosts on this machine, each on its own loopback address (127.0.0.2-4 as in
-tests/integration/smoke/test_cluster.py), run over Ansible's local connection with this checkout's real CPU torch: the
-twin's SSH hosts carry the test bed's fixture torch, which has no TCPStore or gloo to join a run with (the only CPU
-torch wheel here is for Python 3.11, the twin hosts' Python is 3.12). The fourth host never answers (SSH to a closed
-port): its node never joins, and it must be named unreachable and missing, never passed, while the three that ran
-pass on their own nodes' verdicts. The cluster stages themselves, and the six faults, are test_cluster.py's.
+The hosts are four inventory hosts on this machine, each on its own loopback address (127.0.0.2-5 as in
+tests/integration/smoke/test_cluster.py), run over Ansible's local connection with this checkout's real CPU torch.
+The twin's SSH hosts carry the test bed's fixture torch, which has no TCPStore or gloo to join a run with: the only
+CPU torch wheel here is for Python 3.11, and the 24.04 twin hosts' Python is Debian trixie's 3.13. The fourth host
+never answers (SSH to a closed port): its node never joins, and it must be named unreachable and missing, never
+passed, while the three that ran pass on their own nodes' verdicts. The cluster stages themselves, and the six
+faults, are test_cluster.py's.
 """
 
 from __future__ import annotations
