@@ -5,9 +5,10 @@ cluster-report` on the controller, each host's verdict its node's.
 The hosts are four inventory hosts on this machine, each on its own loopback address (127.0.0.2-5 as in
 tests/integration/smoke/test_cluster.py), run over Ansible's local connection with this checkout's real CPU torch.
 The twin's SSH hosts carry the test bed's fixture torch, which has no TCPStore or gloo to join a run with: the only
-CPU torch wheel here is for Python 3.11, and the 24.04 twin hosts' Python is Debian trixie's 3.13. The fourth host
-never answers (SSH to a closed port): its node never joins, and it must be named unreachable and missing, never
-passed, while the three that ran pass on their own nodes' verdicts. The cluster stages themselves, and the six
+CPU torch wheel here is for Python 3.11, and the 24.04 twin hosts' Python is Debian trixie's 3.13. The third host's
+vars have a typo (an unknown stage: verify-device exits 2 and writes no report), and the fourth never answers (SSH
+to a closed port). Neither node joins; the third must fail with its own error, the fourth be named unreachable, and
+neither be passed, while the two that ran pass on their own nodes' verdicts. The cluster stages themselves, and the six
 faults, are test_cluster.py's.
 """
 
@@ -30,7 +31,7 @@ pytestmark = pytest.mark.skipif(
     shutil.which("fi_info") is None,
     reason="fi_info not on PATH: install Debian's libfabric-bin (its tcp provider is the test fabric)",
 )
-NODES = ("n0", "n1", "n2", "gone")
+NODES = ("n0", "n1", "typo", "gone")
 STAGES = "fabric,consistency,allreduce"
 SMALL = ["--allreduce-max-bytes", "65536"]
 
@@ -50,6 +51,7 @@ def inventory(folder: Path, python: str) -> Path:
         if name == "gone":  # nothing listens on port 1: the connection is refused at once
             hosts[name] = {"ansible_host": addr, "ansible_port": 1, "ansible_connection": "ssh", "ansible_user": "x"}
             continue
+        stages = f"{STAGES},nosuch" if name == "typo" else STAGES  # a typo in one host's vars: exit 2, no report
         hosts[name] = {
             "ansible_host": addr,
             "ansible_connection": "local",
@@ -58,14 +60,14 @@ def inventory(folder: Path, python: str) -> Path:
             "neuron_verify_command_link": str(REPO / "scripts" / "verify-device.sh"),
             "neuron_verify_cell_file": str(cell),
             "neuron_verify_report": str(folder / name / "report.json"),
-            "neuron_verify_extra_args": [*["--local-addr", addr, "--stages", STAGES, "--timeout", "90"], *SMALL],
+            "neuron_verify_extra_args": [*["--local-addr", addr, "--stages", stages, "--timeout", "90"], *SMALL],
         }
     path = folder / "inventory.yml"
     path.write_text(json.dumps({"nodes": {"hosts": hosts}}, indent=2))
     return path
 
 
-def test_a_multi_node_fleet_run_gives_each_host_its_node_verdict_and_never_passes_a_missing_host(
+def test_a_multi_node_fleet_run_gives_each_host_its_node_verdict_and_never_passes_a_missing_one(
     tmp_path: Path, request: pytest.FixtureRequest
 ) -> None:
     python = str(tool("python"))
@@ -92,23 +94,24 @@ def test_a_multi_node_fleet_run_gives_each_host_its_node_verdict_and_never_passe
     data = json.loads(summary.with_suffix(".json").read_text())
     hosts = {h["host"]: h for h in data["hosts"]}
     assert [h["host"] for h in data["hosts"]] == list(NODES), "every targeted host, once, in rank order"
-    assert (data["passed"], data["total"]) == (3, 4)
-    assert {name: hosts[name]["verdict"] for name in NODES} == {"n0": "pass", "n1": "pass", "n2": "pass",
+    assert (data["passed"], data["total"]) == (2, 4)
+    assert {name: hosts[name]["verdict"] for name in NODES} == {"n0": "pass", "n1": "pass", "typo": "fail",
                                                                "gone": "unreachable"}  # fmt: skip
+    assert hosts["typo"]["exit_code"] == 2 and "unknown stage(s) nosuch" in hosts["typo"]["message"], hosts["typo"]
     reports = Path(data["cluster_reports"])  # the run's own folder under the checkout's .neuron-torch/cluster/
     request.addfinalizer(lambda: shutil.rmtree(reports, ignore_errors=True))
     assert reports.parent == REPO / ".neuron-torch" / "cluster"
-    assert sorted(p.name for p in reports.glob("node-*.json")) == ["node-0.json", "node-1.json", "node-2.json"]
+    assert sorted(p.name for p in reports.glob("node-*.json")) == ["node-0.json", "node-1.json"]
     verdict = json.loads((reports / "cluster-report.json").read_text())
     nodes = {n["rank"]: n for n in verdict["nodes"]}
-    assert verdict["passed"] is False and nodes[3]["verdict"] == "MISSING"
-    assert all(nodes[r]["verdict"] == "PASS" for r in (0, 1, 2)), verdict
-    for rank in (0, 1, 2):  # each node was started as its own rank of four, with node 0 as the master
+    assert verdict["passed"] is False and nodes[2]["verdict"] == nodes[3]["verdict"] == "MISSING"
+    assert nodes[0]["verdict"] == nodes[1]["verdict"] == "PASS", verdict
+    for rank in (0, 1):  # each node was started as its own rank of four, with node 0 as the master
         cluster = json.loads((reports / f"node-{rank}.json").read_text())["cluster"]
-        assert (cluster["nnodes"], cluster["node_rank"], cluster["missing"]) == (4, rank, [3]), cluster
+        assert (cluster["nnodes"], cluster["node_rank"], cluster["missing"]) == (4, rank, [2, 3]), cluster
         assert cluster["master"] == f"127.0.0.2:{extra['neuron_verify_master_port']}"
     text = summary.with_suffix(".txt").read_text()
-    assert "3 passed, 0 failed, 1 unreachable" in text and "gone: unreachable" in text
+    assert "2 passed, 1 failed, 1 unreachable" in text and "gone: unreachable" in text
 
 
 def test_a_multi_node_run_whose_hosts_cannot_start_together_is_refused_before_any_runs(tmp_path: Path) -> None:
