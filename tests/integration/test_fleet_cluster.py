@@ -17,6 +17,9 @@ from __future__ import annotations
 import json
 import shutil
 import socket
+import sys
+import uuid
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -24,8 +27,9 @@ import pytest
 
 from neuron_torch.matrix import load_matrix
 from tests.integration.smoke.conftest import make_base_env
-from tests.integration.test_ansible import ANSIBLE, REPO, run, tool
+from tests.integration.test_ansible import ANSIBLE, REPO, docker_ready, run, tool
 from tests.simdevice.environment import test_release_facts as release_facts  # (not a test: pytest would collect it)
+from tests.testbed.hosts import Fleet, HostError
 
 pytestmark = pytest.mark.skipif(
     shutil.which("fi_info") is None,
@@ -126,3 +130,61 @@ def test_a_multi_node_run_whose_hosts_cannot_start_together_is_refused_before_an
     )
     assert not list(tmp_path.glob("n*/report.json")), "no node ran"
     assert not summary.with_suffix(".json").exists(), "no summary that would call the hosts unreachable"
+
+
+# Over SSH on the Ubuntu 24.04 twin's hosts (systemd, sshd with host keys, the `ubuntu` user and sudo: test_fleet.py's
+# hosts), each with a file system of its own, so every node writes the role's default report path and the play tells
+# the reports apart. No Python of the twin can get a torch with gloo here, so each host is lent this checkout and its
+# .venv (Python 3.11 with the real CPU torch) read-only, at the same paths: the one thing the twin cannot carry.
+# fi_info is not on the twin hosts: the cluster stages here are consistency and all_reduce (fabric is tested above).
+LENT = (str(REPO), str(Path(sys.base_prefix).resolve()))
+
+
+@pytest.fixture(scope="module")
+def ssh_fleet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Fleet]:
+    docker_ready()
+    folder = tmp_path_factory.mktemp("cluster-fleet")
+    try:
+        fleet = Fleet(folder, f"nt-cl-{uuid.uuid4().hex[:6]}")
+    except HostError as error:
+        pytest.fail(str(error))
+    try:
+        for name in ("node0", "node1", "node2"):
+            fleet.start(name, volumes=tuple(f"{path}:{path}:ro" for path in LENT))
+        yield fleet
+    finally:
+        fleet.remove()
+
+
+def test_a_multi_node_run_over_ssh_on_twin_hosts_passes_with_each_node_its_own_rank(
+    ssh_fleet: Fleet, tmp_path: Path, request: pytest.FixtureRequest
+) -> None:
+    summary = tmp_path / "summary"
+    extra = {
+        "neuron_verify_cluster": True,
+        "neuron_verify_device": "cpu",
+        "neuron_verify_master_port": free_port(),
+        "neuron_verify_join_timeout": 60,
+        "neuron_verify_venv": str(REPO / ".venv"),
+        "neuron_verify_command_link": str(REPO / "scripts" / "verify-device.sh"),
+        "neuron_verify_cell_file": str(load_matrix(REPO / "constraints" / "matrix.toml").cells[0].record_path),
+        "neuron_verify_extra_args": ["--stages", "consistency,allreduce", "--timeout", "90", *SMALL],
+        "neuron_verify_summary": str(summary),
+    }
+    argv = [tool("ansible-playbook"), "-i", ssh_fleet.inventory(), "playbooks/verify.yml", "-e", json.dumps(extra)]
+    result = run(argv, cwd=ANSIBLE, timeout=600)
+    print(result.stdout[-8000:], result.stderr[-3000:])
+    data = json.loads(summary.with_suffix(".json").read_text())
+    reports = Path(data["cluster_reports"])
+    request.addfinalizer(lambda: shutil.rmtree(reports, ignore_errors=True))
+    assert result.returncode == 0, result.stdout[-6000:]
+    assert [(h["host"], h["verdict"]) for h in data["hosts"]] == [("node0", "pass"), ("node1", "pass"),
+                                                                   ("node2", "pass")]  # fmt: skip
+    verdict = json.loads((reports / "cluster-report.json").read_text())
+    assert verdict["passed"] is True, verdict
+    hosts = set()
+    for rank in (0, 1, 2):  # each host ran its own rank and wrote the role's default path on its own file system
+        report = json.loads((reports / f"node-{rank}.json").read_text())
+        assert (report["cluster"]["nnodes"], report["cluster"]["node_rank"]) == (3, rank)
+        hosts.add(report["host"]["hostname"])
+    assert hosts == {"node0", "node1", "node2"}

@@ -282,12 +282,14 @@ class Fleet:
         public = " ".join((keydir / "ssh_host_ed25519_key.pub").read_text().split()[:2])
         return buffer.getvalue(), public
 
-    def start(self, name: str, image: str | None = None) -> Host:
-        """Start host `name` (container <prefix>-<name>, replaced if it exists) and wait until sshd answers."""
+    def start(self, name: str, image: str | None = None, volumes: tuple[str, ...] = ()) -> Host:
+        """Start host `name` (container <prefix>-<name>, replaced if it exists) and wait until sshd answers.
+        `volumes`: docker --volume specs, for a test that lends the host a folder of this machine."""
         container = f"{self.prefix}-{name}"
         docker("rm", "-f", container, check=False)
         port = free_port()
         flags = ["--name", container, "--hostname", name, f"--add-host={name}:127.0.0.1", *RUN_FLAGS]
+        flags += [f"--volume={volume}" for volume in volumes]
         flags.append(self._cgroup_volume(container, image or self.image))
         docker("create", *flags, image or self.image)
         payload, public = self._payload(name, port)
