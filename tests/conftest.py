@@ -74,7 +74,7 @@ SECONDS = {
     "tests/integration/smoke/test_evaluate_parity.py": 60,
     "tests/integration/smoke/test_fault_location.py": 30,
     "tests/integration/test_slurm.py": 117,
-    "tests/integration/test_fleet_cluster.py": 40,
+    "tests/integration/test_fleet_cluster.py": 60,
     "tests/integration/test_pip_tools.py": 77,
     "tests/integration/smoke/test_runtime_rules.py": 69,
     "tests/integration/smoke/test_shared_cache.py": 60,

@@ -2,14 +2,17 @@
 hosts, node 0 the master, every node's report fetched into the run's own folder and judged by `neuron-torch
 cluster-report` on the controller, each host's verdict its node's.
 
-The hosts are four inventory hosts on this machine, each on its own loopback address (127.0.0.2-5 as in
-tests/integration/smoke/test_cluster.py), run over Ansible's local connection with this checkout's real CPU torch.
-The twin's SSH hosts carry the test bed's fixture torch, which has no TCPStore or gloo to join a run with: the only
-CPU torch wheel here is for Python 3.11, and the 24.04 twin hosts' Python is Debian trixie's 3.13. The third host's
-vars have a typo (an unknown stage: verify-device exits 2 and writes no report), and the fourth never answers (SSH
-to a closed port). Neither node joins; the third must fail with its own error, the fourth be named unreachable, and
-neither be passed, while the two that ran pass on their own nodes' verdicts. The cluster stages themselves, and the six
-faults, are test_cluster.py's.
+Two fleets:
+- Three hosts of the Ubuntu 24.04 twin over SSH (test_fleet.py's hosts: systemd, sshd with host keys, the `ubuntu`
+  user with sudo, a file system each), with the node options beside a user's -e neuron_verify_extra_args: a clean
+  run passes, each node its own rank. The twin's Python (Debian trixie's 3.13) can get no torch with gloo here (the
+  only CPU torch wheel is for Python 3.11), so each host is lent this checkout and its .venv read-only.
+- Four inventory hosts over Ansible's local connection, each on its own loopback address (127.0.0.2-5 as in
+  tests/integration/smoke/test_cluster.py), for the hosts that do not pass: the third's vars have a typo (an unknown
+  stage: verify-device exits 2 and writes no report), and the fourth never answers (SSH to a closed port). Neither
+  node joins; the third must fail with its own error, the fourth be named unreachable, and neither be passed, while
+  the two that ran pass on their own nodes' verdicts. With too few forks the run is refused before any host starts.
+The cluster stages themselves, and the six faults, are test_cluster.py's.
 """
 
 from __future__ import annotations
