@@ -41,6 +41,7 @@ pytestmark = pytest.mark.skipif(
 NODES = ("n0", "n1", "typo", "gone")
 STAGES = "fabric,consistency,allreduce"
 SMALL = ["--allreduce-max-bytes", "65536"]
+CELL = load_matrix(REPO / "constraints" / "matrix.toml").cells[0].record_path  # a committed cell record
 
 
 def free_port() -> int:
@@ -49,9 +50,20 @@ def free_port() -> int:
         return int(probe.getsockname()[1])
 
 
+def cluster_vars(summary: Path, join_timeout: int) -> dict[str, Any]:
+    """The extra vars of a multi-node run on --device cpu with this checkout's .venv, on a free master port."""
+    return {
+        "neuron_verify_cluster": True,
+        "neuron_verify_device": "cpu",
+        "neuron_verify_master_port": free_port(),
+        "neuron_verify_join_timeout": join_timeout,
+        "neuron_verify_venv": str(REPO / ".venv"),
+        "neuron_verify_summary": str(summary),
+    }
+
+
 def inventory(folder: Path, python: str) -> Path:
     """The inventory, as YAML (written as JSON, which YAML reads): the hosts in rank order."""
-    cell = load_matrix(REPO / "constraints" / "matrix.toml").cells[0].record_path  # a committed cell record
     hosts: dict[str, dict[str, Any]] = {}
     for rank, name in enumerate(NODES):
         addr = f"127.0.0.{rank + 2}"
@@ -65,7 +77,7 @@ def inventory(folder: Path, python: str) -> Path:
             "ansible_become": False,
             "ansible_python_interpreter": python,
             "neuron_verify_command_link": str(REPO / "scripts" / "verify-device.sh"),
-            "neuron_verify_cell_file": str(cell),
+            "neuron_verify_cell_file": str(CELL),
             "neuron_verify_report": str(folder / name / "report.json"),
             "neuron_verify_extra_args": [*["--local-addr", addr, "--stages", stages, "--timeout", "90"], *SMALL],
         }
@@ -85,14 +97,7 @@ def test_a_multi_node_fleet_run_gives_each_host_its_node_verdict_and_never_passe
         NEURON_TORCH_PYTHON=str(REPO / ".venv" / "bin" / "python"),
         ANSIBLE_HOST_KEY_CHECKING="True",
     )
-    extra = {
-        "neuron_verify_cluster": True,
-        "neuron_verify_device": "cpu",
-        "neuron_verify_master_port": free_port(),
-        "neuron_verify_join_timeout": 20,
-        "neuron_verify_venv": str(REPO / ".venv"),
-        "neuron_verify_summary": str(summary),
-    }
+    extra = cluster_vars(summary, join_timeout=20)
     argv = [tool("ansible-playbook"), "-i", inventory(tmp_path, python), "playbooks/verify.yml"]
     argv += ["-e", json.dumps(extra)]
     result = run(argv, cwd=ANSIBLE, timeout=600, env=env)
@@ -163,16 +168,10 @@ def test_a_multi_node_run_over_ssh_on_twin_hosts_passes_with_each_node_its_own_r
     ssh_fleet: Fleet, tmp_path: Path, request: pytest.FixtureRequest
 ) -> None:
     summary = tmp_path / "summary"
-    extra = {
-        "neuron_verify_cluster": True,
-        "neuron_verify_device": "cpu",
-        "neuron_verify_master_port": free_port(),
-        "neuron_verify_join_timeout": 60,
-        "neuron_verify_venv": str(REPO / ".venv"),
+    extra = cluster_vars(summary, join_timeout=60) | {
         "neuron_verify_command_link": str(REPO / "scripts" / "verify-device.sh"),
-        "neuron_verify_cell_file": str(load_matrix(REPO / "constraints" / "matrix.toml").cells[0].record_path),
+        "neuron_verify_cell_file": str(CELL),
         "neuron_verify_extra_args": ["--stages", "consistency,allreduce", "--timeout", "90", *SMALL],
-        "neuron_verify_summary": str(summary),
     }
     argv = [tool("ansible-playbook"), "-i", ssh_fleet.inventory(), "playbooks/verify.yml", "-e", json.dumps(extra)]
     result = run(argv, cwd=ANSIBLE, timeout=600)
