@@ -139,22 +139,22 @@ class _Keeper:
     def __init__(self, cap: Capture) -> None:
         self.cap = cap
         self.seen: dict[str, int] = {}
-        self.running: dict[str, list[tuple[str, int, Any]]] = {}  # module -> calls in progress: (call, start, edges)
+        self.running: dict[str, list[tuple[str, Any]]] = {}  # module -> its calls in progress: (call, input edges)
 
     def entered(self, label: str, inputs: tuple[Any, dict[str, Any]], start: int) -> None:
         if inv.transform_active():
             return
         count = self.seen[label] = self.seen.get(label, 0) + 1
         call = label if count == 1 else f"{label}#{count}"
-        edges = _input_edges(float_leaves(inputs)) if start >= 0 else {}
-        self.running.setdefault(label, []).append((call, start, edges))
+        edges = _input_edges(float_leaves(inputs)) if start >= 0 else {}  # none when the call makes no nodes
+        self.running.setdefault(label, []).append((call, edges))
 
     def left(self, label: str, inputs: tuple[Any, dict[str, Any]], output: Any, made: list[Any]) -> None:
         cap = self.cap
         if inv.transform_active() or not self.running.get(label):  # batched or functional tensors: no own values
             cap.under_transform.add(label)
             return
-        call, start, edges = self.running[label].pop()
+        call, edges = self.running[label].pop()
         cap.order.append(call)
         for i, t in enumerate(float_leaves(inputs)):
             cap.tensors[f"act/{call}/in/{i}"] = _cpu(t)
@@ -164,7 +164,7 @@ class _Keeper:
             cap.tensors[f"act/{call}/out/{i}"] = _cpu(t)
             cap.layer_of[f"act/{call}/out/{i}"] = label
         _keep_output_grads(cap, label, call, outputs)
-        if start >= 0 and edges:
+        if edges:
             _keep_input_grads(cap, label, call, made, edges)
 
 

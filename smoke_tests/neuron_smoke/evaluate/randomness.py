@@ -16,6 +16,8 @@ from typing import Any
 import torch
 from torch.utils import _pytree as pytree
 
+from neuron_smoke.evaluate.inventory import op_name
+
 SEED = 0
 SEEDED = torch.Tag.nondeterministic_seeded
 
@@ -55,7 +57,7 @@ class SameRandom:
 
     def run(self, func: Any, args: Any, kwargs: dict[str, Any]) -> Any:
         """The op drawn on the CPU from this generator's state, its results on the op's device."""
-        self.calls[f"{func._schema.name}.{func._overloadname}"] += 1
+        self.calls[op_name(func)] += 1
         device = _device_of(func, args, kwargs)
 
         def host(x: Any) -> Any:
