@@ -20,7 +20,6 @@ from __future__ import annotations
 import json
 import shutil
 import socket
-import sys
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -32,7 +31,7 @@ from neuron_torch.matrix import load_matrix
 from tests.integration.smoke.conftest import make_base_env
 from tests.integration.test_ansible import ANSIBLE, REPO, docker_ready, run, tool
 from tests.simdevice.environment import test_release_facts as release_facts  # (not a test: pytest would collect it)
-from tests.testbed.hosts import Fleet, HostError
+from tests.testbed.hosts import Fleet, HostError, lent_checkout
 
 pytestmark = pytest.mark.skipif(
     shutil.which("fi_info") is None,
@@ -145,7 +144,6 @@ def test_a_multi_node_run_whose_hosts_cannot_start_together_is_refused_before_an
 # the reports apart. No Python of the twin can get a torch with gloo here, so each host is lent this checkout and its
 # .venv (Python 3.11 with the real CPU torch) read-only, at the same paths: the one thing the twin cannot carry.
 # fi_info is not on the twin hosts: the cluster stages here are consistency and all_reduce (fabric is tested above).
-LENT = (str(REPO), str(Path(sys.base_prefix).resolve()))
 
 
 @pytest.fixture(scope="module")
@@ -158,7 +156,7 @@ def ssh_fleet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Fleet]:
         pytest.fail(str(error))
     try:
         for name in ("node0", "node1", "node2"):
-            fleet.start(name, volumes=tuple(f"{path}:{path}:ro" for path in LENT))
+            fleet.start(name, volumes=lent_checkout())
         yield fleet
     finally:
         fleet.remove()

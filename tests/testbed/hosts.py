@@ -62,6 +62,7 @@ import subprocess
 import sys
 import tarfile
 import time
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -172,14 +173,18 @@ def host_image_name(base: str) -> str:
 
 def build_host_image(base: str = DEFAULT_BASE) -> str:
     """The shared host image for `base` (built unless one with the same key exists); returns its name."""
-    image = host_image_name(base)
-    base_id = docker("image", "inspect", "--format", "{{.Id}}", base, check=False)
-    if base_id.returncode != 0:
-        raise HostError(f"the base image {base} is missing: run scripts/testbed.sh build")
     dockerfile = DOCKERFILE.format(
         base=base, packages=" ".join(HOST_PACKAGES), kernel_packages=" ".join(KERNEL_PACKAGES),
         user=USER, uid=UID, sudoers=SUDOERS, cloud=CLOUD, version=traits()["twins"][twin_of(base)]["version"],
     )  # fmt: skip
+    return build_keyed(host_image_name(base), base, dockerfile)
+
+
+def build_keyed(image: str, base: str, dockerfile: str) -> str:
+    """Build `image` from DOCKERFILE (FROM `base`) unless one with the same key exists; returns its name."""
+    base_id = docker("image", "inspect", "--format", "{{.Id}}", base, check=False)
+    if base_id.returncode != 0:
+        raise HostError(f"the base image {base} is missing: run scripts/testbed.sh build")
     # Keyed by the base and the Dockerfile as rendered (everything the image is made of), not by this module's code:
     # a change to the inventory or the start of a host does not rebuild the image.
     stage_key = key(base_id.stdout.decode().strip(), dockerfile)
@@ -187,14 +192,23 @@ def build_host_image(base: str = DEFAULT_BASE) -> str:
     if current.returncode == 0 and current.stdout.decode().strip() == stage_key:
         return image
     dockerfile += f"LABEL {KEY_LABEL}={stage_key}\n"
-    subprocess.run(
+    built = subprocess.run(
         [DOCKER, "build", "--network=host", "--quiet", "--tag", image, "-"],
         input=dockerfile.encode(),
-        check=True,
-        stdout=subprocess.DEVNULL,
+        capture_output=True,
         env={"DOCKER_BUILDKIT": "1", "PATH": "/usr/bin:/bin"},
     )
+    if built.returncode != 0:
+        raise HostError(f"docker build of {image} failed ({built.returncode}): {built.stderr.decode()[-3000:]}")
     return image
+
+
+def lent_checkout() -> tuple[str, ...]:
+    """docker --volume specs that lend a host this checkout and its .venv's Python, read-only at the same paths.
+    No Python of the twin can get a torch with gloo here (the only CPU torch wheel is for Python 3.11), so a host that
+    runs verify-device's multi-node mode borrows the checkout's: the one thing the twin cannot carry."""
+    lent = (str(Path(__file__).resolve().parents[2]), str(Path(sys.base_prefix).resolve()))
+    return tuple(f"{path}:{path}:ro" for path in lent)
 
 
 def free_port() -> int:
@@ -207,6 +221,12 @@ def _add(tar: tarfile.TarFile, path: str, data: bytes, mode: int, uid: int = 0) 
     info = tarfile.TarInfo(path.lstrip("/"))
     info.size, info.mode, info.uid, info.gid, info.mtime = len(data), mode, uid, uid, int(time.time())
     tar.addfile(info, io.BytesIO(data))
+
+
+def _add_link(tar: tarfile.TarFile, path: str, target: str) -> None:
+    link = tarfile.TarInfo(path.lstrip("/"))
+    link.type, link.linkname, link.mtime = tarfile.SYMTYPE, target, int(time.time())
+    tar.addfile(link)
 
 
 def _add_dir(tar: tarfile.TarFile, path: str, mode: int, uid: int) -> None:
@@ -276,19 +296,28 @@ class Fleet:
                 _add_dir(tar, folder, 0o755, 0)
             _add(tar, f"{CLOUD}/instances/{instance_id}/boot-finished", b"", 0o644)
             _add(tar, f"{CLOUD}/data/instance-id", f"{instance_id}\n".encode(), 0o644)
-            link = tarfile.TarInfo(f"{CLOUD}/instance".lstrip("/"))
-            link.type, link.linkname, link.mtime = tarfile.SYMTYPE, f"{CLOUD}/instances/{instance_id}", int(time.time())
-            tar.addfile(link)
+            _add_link(tar, f"{CLOUD}/instance", f"{CLOUD}/instances/{instance_id}")
         public = " ".join((keydir / "ssh_host_ed25519_key.pub").read_text().split()[:2])
         return buffer.getvalue(), public
 
-    def start(self, name: str, image: str | None = None, volumes: tuple[str, ...] = ()) -> Host:
+    def start(
+        self,
+        name: str,
+        image: str | None = None,
+        volumes: tuple[str, ...] = (),
+        addresses: Mapping[str, str] | None = None,
+        flags: Sequence[str] = (),
+    ) -> Host:
         """Start host `name` (container <prefix>-<name>, replaced if it exists) and wait until sshd answers.
-        `volumes`: docker --volume specs, for a test that lends the host a folder of this machine."""
+        `volumes`: docker --volume specs, for a test that lends the host a folder of this machine. `addresses`: the
+        names its /etc/hosts resolves (a cluster's DNS; its own name at 127.0.0.1 unless given). `flags`: more
+        `docker create` options (a benchmark's --cpus)."""
         container = f"{self.prefix}-{name}"
         docker("rm", "-f", container, check=False)
         port = free_port()
-        flags = ["--name", container, "--hostname", name, f"--add-host={name}:127.0.0.1", *RUN_FLAGS]
+        names = {name: "127.0.0.1", **(addresses or {})}
+        flags = ["--name", container, "--hostname", name, *RUN_FLAGS, *flags]
+        flags += [f"--add-host={host}:{address}" for host, address in names.items()]
         flags += [f"--volume={volume}" for volume in volumes]
         flags.append(self._cgroup_volume(container, image or self.image))
         docker("create", *flags, image or self.image)
@@ -330,6 +359,16 @@ class Fleet:
 
     def exec(self, name: str, *command: str) -> subprocess.CompletedProcess[bytes]:
         return docker("exec", self.hosts[name].container, *command, check=False)
+
+    def put(self, name: str, files: Mapping[str, tuple[bytes, int]], links: Mapping[str, str] | None = None) -> None:
+        """Write FILES ({path: (data, mode)}, root's) and symbolic LINKS ({path: target}) into host NAME."""
+        buffer = io.BytesIO()
+        with tarfile.open(fileobj=buffer, mode="w") as tar:
+            for path, (data, mode) in files.items():
+                _add(tar, path, data, mode)
+            for path, target in (links or {}).items():
+                _add_link(tar, path, target)
+        docker("cp", "-", f"{self.hosts[name].container}:/", stdin=buffer.getvalue())
 
     def commit(self, name: str, image: str) -> str:
         docker("commit", self.hosts[name].container, image)
