@@ -6,11 +6,12 @@ health check under 10 s on the CPU twin; the 4-node job at most 1.5x one node). 
 end scontrol reports (read every half second).
 
 Usage: scripts/bench-slurm.py [--repeat N] [--cpus-per-node C]
-Needs root, Debian's slurm-wlm and munge, and fi_info (libfabric-bin). Prints numbers; it is not a pass/fail test.
-On 2 cores, 4 nodes share them: the ratio measures this machine's contention as much as the job. With
---cpus-per-node C (cgroup v1: tests/testbed/cpuquota.py) each slurmd and all it starts gets C CPUs of its own, the
-same in the 1-node job as in the 4-node one, as cluster nodes have; with 4 x C at most the cores, the ratio measures
-what the cluster adds.
+Needs a running dockerd (the cluster's hosts are containers of the Ubuntu twin) and the test bed's base images
+(scripts/testbed.sh build). Prints numbers; it is not a pass/fail test. On 2 cores, 4 nodes share them: the ratio
+measures this machine's contention as much as the job. With --cpus-per-node C (docker --cpus, the kernel's CFS
+bandwidth control, as tests/testbed/cpuquota.py sets for bench-cluster) each node's host, and so its slurmd and all
+it starts, gets C CPUs of its own, the same in the 1-node job as in the 4-node one, as cluster nodes have; with 4 x C
+at most the cores, the ratio measures what the cluster adds.
 """
 
 from __future__ import annotations
@@ -53,7 +54,7 @@ def main() -> int:
         folder = Path(tmp)
         settings = slurm.twin_settings(folder)
         start = time.monotonic()
-        with slurm.twin_cluster(folder / "cluster", 4, settings, args.cpus_per_node) as cluster:
+        with slurm.twin_cluster(folder, 4, settings, args.cpus_per_node) as cluster:
             print(f"4 nodes up (slurmd ran each one's health check as it started): {time.monotonic() - start:.1f}s")
             for name in cluster.nodes:
                 start = time.monotonic()

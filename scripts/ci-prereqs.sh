@@ -4,7 +4,6 @@
 set -euo pipefail
 
 packages=(docker.io mmdebstrap gnupg dpkg-dev apt-utils shellcheck uidmap packer libfabric-bin)
-packages+=(slurm-wlm munge)  # tests/testbed/slurm.py: a real Slurm cluster (slurmctld, slurmd, munged)
 packages+=(docker-registry skopeo apache2-utils openssl)  # the release tests' registry (tests/testbed/registry.py)
 log=/tmp/dockerd.log
 

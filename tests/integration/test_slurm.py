@@ -1,23 +1,25 @@
-"""The Slurm path on a real Slurm cluster (tests/testbed/slurm.py: Debian's slurmctld, four slurmd, munge): the
-cluster check job (scripts/slurm/verify-cluster.sbatch, submitted with the real sbatch) and the node health check
-(scripts/slurm/neuron-healthcheck, Slurm's HealthCheckProgram, which slurmd runs as each node starts, and its Epilog,
-which drains the nodes a cluster check job failed).
+"""The Slurm path on a real Slurm cluster (tests/testbed/slurm.py: slurmctld and four slurmd on hosts of the Ubuntu
+24.04 twin, each under its host's systemd, with munge): the cluster check job (scripts/slurm/verify-cluster.sbatch,
+submitted with the real sbatch) and the node health check (scripts/slurm/neuron-healthcheck, Slurm's
+HealthCheckProgram, which slurmd runs as each node starts, and its Epilog, which drains the nodes a cluster check job
+failed).
 
 verify-device runs on --device cpu with the test release's fabric provider (`tcp`, constraints/test-matrix.toml, from
-its rendered instance facts), as in tests/integration/smoke/test_cluster.py. The fault is that file's "no usable
-fabric provider", injected into one node only: an `fi_info` answering -61, as libfabric does without the provider,
-bound over the real one inside that node's mount namespace. Each check the test reruns runs the way slurmd runs it:
-the program alone, in the node's namespaces, with the one variable Slurm gives it (SLURMD_NODENAME).
+its rendered instance facts), as in tests/integration/smoke/test_cluster.py, against each host's own `fi_info`
+(Debian's libfabric). The fault is that file's "no usable fabric provider", injected into one host only: an `fi_info`
+answering -61, as libfabric does without the provider, put in place of that host's. Each check the test reruns runs
+the way slurmd runs it: the program alone, as root on the node's host, with the one variable Slurm gives it
+(SLURMD_NODENAME).
 
 The cluster faults are test_cluster.py's too, with its injectors (cluster_site) and its second torch install
-(fake_torch), put on one node by binding a folder over an empty folder on the job's PYTHONPATH in that node alone.
+(fake_torch), put on one host by filling the empty folder on the job's PYTHONPATH (slurm.NODE_SITE) on that host
+alone; the node that never joins has its own /usr/local/bin/verify-device replaced.
 """
 
 from __future__ import annotations
 
 import json
 import re
-import shutil
 import subprocess
 import sys
 import time
@@ -36,8 +38,8 @@ from tests.testbed import slurm  # (it reads nodes with neuron_smoke.slurm_healt
 
 HEALTHCHECK = slurm.HEALTHCHECK
 NODES = 4
-FI_INFO = shutil.which("fi_info")
-WHY_NOT = slurm.usable() or ("" if FI_INFO else "fi_info not on PATH: install Debian's libfabric-bin")
+FI_INFO = "/usr/bin/fi_info"  # the hosts' own, from Debian's libfabric-bin
+WHY_NOT = slurm.usable()
 pytestmark = pytest.mark.skipif(bool(WHY_NOT), reason=WHY_NOT)
 JOB_TIMEOUT = 300.0  # a ceiling for a 4-node job on a busy 2-core machine, not a speed check
 
@@ -55,7 +57,7 @@ def settings(folder: Path) -> dict[str, str]:
 @pytest.fixture(scope="module")
 def cluster(folder: Path, settings: dict[str, str]) -> Iterator[slurm.Cluster]:
     start = time.monotonic()
-    with slurm.twin_cluster(folder / "cluster", NODES, settings) as running:
+    with slurm.twin_cluster(folder, NODES, settings) as running:
         print(f"cluster up, every node's health check passed: {time.monotonic() - start:.1f}s")
         yield running
 
@@ -100,6 +102,27 @@ def healthcheck(cluster: slurm.Cluster, *names: str) -> dict[str, subprocess.Com
     return done
 
 
+def test_the_cluster_is_twin_hosts_each_daemon_run_by_its_hosts_systemd(cluster: slurm.Cluster) -> None:
+    """Read back from each host: its own hostname and address, the twin's os-release, its Slurm daemon and munge as
+    active systemd units (the daemon a child of PID 1), and one Slurm version across the cluster."""
+    script = (
+        'hostname; getent hosts "$(hostname)" | cut -d" " -f1; . /etc/os-release; echo "$PRETTY_NAME"; '
+        'systemctl is-active "$0.service" munge.service; ps -o ppid= -p "$(systemctl show -p MainPID --value "$0")"; '
+        '"$0" -V'
+    )
+    versions = set()
+    for i, host in enumerate((slurm.CONTROLLER, *cluster.nodes), start=1):
+        daemon = "slurmctld" if host == slurm.CONTROLLER else "slurmd"
+        read = cluster.run(host, ["sh", "-c", script, daemon])
+        lines = [line.strip() for line in read.stdout.splitlines()]
+        assert lines[:6] == [host, slurm.ADDRESS.format(i), "Ubuntu 24.04 LTS", "active", "active", "1"], read
+        versions.add(lines[6])
+    for name in cluster.nodes:  # what each slurmd registered with the controller
+        shown = cluster.command("scontrol", "show", "node", "-o", name).stdout
+        versions.add("slurm-wlm " + re.search(r"\bVersion=(\S+)", shown).group(1))  # type: ignore[union-attr]
+    assert len(versions) == 1 and versions.pop().startswith("slurm-wlm 24.11."), versions
+
+
 def test_a_healthy_cluster_job_exits_0_and_every_node_stays_idle(
     cluster: slurm.Cluster, settings: dict[str, str], folder: Path
 ) -> None:
@@ -108,14 +131,13 @@ def test_a_healthy_cluster_job_exits_0_and_every_node_stays_idle(
     assert f"cluster: PASS, all {NODES} node(s) passed" in output
     table = json.loads((reports / "cluster-report.json").read_text())
     assert table["passed"] is True
-    assert sorted(n["host"] for n in table["nodes"]) == list(cluster.nodes)  # one task on each node, in its namespace
+    assert sorted(n["host"] for n in table["nodes"]) == list(cluster.nodes)  # one task on each node, on its host
     cluster.wait_idle(timeout=30)  # none drained (a node that is not idle stays so, and this fails)
 
 
 def test_a_node_without_its_fabric_fails_the_job_and_only_it_is_drained_then_resumed(
     cluster: slurm.Cluster, settings: dict[str, str], folder: Path, no_provider: Path
 ) -> None:
-    assert FI_INFO is not None
     cluster.inject("n3", no_provider, FI_INFO)
     try:
         job, output, reports = submit(cluster, settings, folder, "no-fabric")
@@ -157,10 +179,9 @@ def never_starts(folder: Path) -> Path:
     return script
 
 
-VERIFY_DEVICE = str(REPO_ROOT / "scripts" / "verify-device.sh")
-# Per fault run: {node: (what is bound in that node, over what)} with the drain reason each node must get, and the
-# job's extra verify-device arguments. One run for the faults whose stages do not need each other (as test_cluster.py
-# shares them), one for the node that never joins (a short join timeout: the others wait that long for it).
+# Per fault run: {node: (what is put on that node's host, in place of what)} with the drain reason each node must get,
+# and the job's extra verify-device arguments. One run for the faults whose stages do not need each other (as
+# test_cluster.py shares them), one for the node that never joins (a short join timeout: the others wait that long).
 FAULTS = {
     "drift": (
         {"n2": "torch", "n3": "other_graph", "n4": "wrong_value"},
@@ -188,19 +209,18 @@ def test_a_cluster_fault_fails_the_job_and_the_epilog_drains_only_that_node_with
     of the job is left running. The node health check cannot see a cluster stage, so it leaves such a drain alone
     even once the fault is gone; the operator resumes the fixed nodes and the rerun job passes, every node idle."""
     faults, reasons, args = FAULTS[run]
-    empty = folder / "node-site"
-    empty.mkdir(exist_ok=True)
     bound = {}
     for name, fault in faults.items():
         if fault == "never_starts":
-            bound[name] = (never_starts(folder), VERIFY_DEVICE)
+            bound[name] = (never_starts(folder), slurm.VERIFY_DEVICE)
         elif fault == "torch":
-            bound[name] = (fake_torch(folder / run, "2.13.1"), str(empty))
+            bound[name] = (fake_torch(folder / run, "2.13.1"), slurm.NODE_SITE)
         else:
-            bound[name] = (injector_site(folder, fault), str(empty))
+            bound[name] = (injector_site(folder, fault), slurm.NODE_SITE)
     reports = cluster.folder / slurm.CHECK_DIR
     tag = f"NEURON_SMOKE_TEST_TAG_{uuid.uuid4().hex}"
-    extra = {"PYTHONPATH": str(empty), "NEURON_TORCH_CLUSTER_STAGES": "device,fabric,consistency,allreduce", tag: "1"}
+    stages = "device,fabric,consistency,allreduce"
+    extra = {"PYTHONPATH": slurm.NODE_SITE, "NEURON_TORCH_CLUSTER_STAGES": stages, tag: "1"}
     for name, (source, target) in bound.items():
         cluster.inject(name, source, target)
     try:
@@ -250,18 +270,17 @@ def test_a_node_that_dies_mid_job_fails_the_job_named_and_leaves_nothing_running
     cluster: slurm.Cluster, settings: dict[str, str], folder: Path
 ) -> None:
     """n3's verify-device SIGKILLs itself at its first all_reduce (test_cluster.py's die_in_allreduce, on its rank 2):
-    the job's PYTHONPATH holds an empty folder, and in n3 alone a folder whose sitecustomize turns the injector on is
-    bound over it. The job fails with n3 named, the others pass, and no process of the job is left on any node."""
-    empty, dying = folder / "node-site", injector_site(folder, "die_in_allreduce")
-    empty.mkdir(exist_ok=True)
+    the job's PYTHONPATH holds an empty folder of each host's own, and on n3 alone it is replaced by a folder whose
+    sitecustomize turns the injector on. The job fails with n3 named, the others pass, and no process of the job is
+    left on any host."""
     tag = f"NEURON_SMOKE_TEST_TAG_{uuid.uuid4().hex}"
-    cluster.inject("n3", dying, str(empty))
+    cluster.inject("n3", injector_site(folder, "die_in_allreduce"), slurm.NODE_SITE)
     try:
         stages = "device,fabric,consistency,allreduce"
-        extra = {"PYTHONPATH": str(empty), "NEURON_TORCH_CLUSTER_STAGES": stages, tag: "1"}
+        extra = {"PYTHONPATH": slurm.NODE_SITE, "NEURON_TORCH_CLUSTER_STAGES": stages, tag: "1"}
         job, output, reports = submit(cluster, settings, folder, "dies", **extra)
     finally:
-        cluster.heal("n3", str(empty))
+        cluster.heal("n3", slurm.NODE_SITE)
     assert (job.state, job.exit_code) == ("FAILED", 1)
     assert re.search(r"^2 +n3 +FAIL ", output, re.M) and "srun: error: n3: task 2: Killed" in output
     table = json.loads((reports / "cluster-report.json").read_text())
@@ -282,7 +301,6 @@ def test_as_the_prolog_a_failing_node_is_drained_before_the_job_runs(
     """The same program as Slurm's Prolog (PrologFlags=Alloc: on every node of the allocation): the faulty node's
     prolog drains it and fails, and Slurm cancels the job (verify-cluster.sbatch is --no-requeue; a requeueable job
     would go back to the queue, to run on nodes in service); the other nodes stay in service."""
-    assert FI_INFO is not None
     plain = cluster.conf.read_text()
     cluster.conf.write_text(f"{plain}Prolog={HEALTHCHECK}\nPrologFlags=Alloc\n")
     cluster.command("scontrol", "reconfigure")

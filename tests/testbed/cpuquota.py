@@ -1,13 +1,14 @@
 """A CPU quota per simulated node, so that the benchmarks' nodes each have CPUs of their own, as cluster nodes do.
 
-On this machine the twin's nodes (processes on loopback addresses, or slurmd in namespaces) share its few cores: 4
-nodes on 2 cores take at least twice one node's time however well the cluster code scales, so a 4-node / 1-node
-ratio measures the machine. With `--cpus-per-node C` a benchmark puts each node in a cgroup v1 `cpu` group of its
-own limited to C CPUs (cpu.cfs_quota_us = C x cpu.cfs_period_us, the kernel's CFS bandwidth control,
+On this machine the twin's nodes (processes on loopback addresses, or the Slurm hosts' containers) share its few
+cores: 4 nodes on 2 cores take at least twice one node's time however well the cluster code scales, so a 4-node /
+1-node ratio measures the machine. With `--cpus-per-node C` a benchmark puts each node in a cgroup v1 `cpu` group of
+its own limited to C CPUs (cpu.cfs_quota_us = C x cpu.cfs_period_us, the kernel's CFS bandwidth control,
 Documentation/scheduler/sched-bwc.rst); with C x nodes <= the cores, a node runs as fast alone as beside the others,
-and the ratio measures what the cluster adds (rendezvous, collectives, the slowest node). Children (slurmd's job
-steps) stay in their parent's group. Needs root and the cgroup v1 cpu hierarchy (Docker's here). Only benchmarks
-use it; no test depends on it.
+and the ratio measures what the cluster adds (rendezvous, collectives, the slowest node). Children stay in their
+parent's group. Needs root and the cgroup v1 cpu hierarchy (Docker's here). bench-cluster makes the groups here;
+bench-slurm's hosts get the same limit from `docker --cpus`, and `check` tells both whether one can be set. Only
+benchmarks use it; no test depends on it.
 """
 
 from __future__ import annotations

@@ -1,25 +1,32 @@
-"""A real Slurm cluster for the tests: Debian's slurmctld and slurmd (Slurm 22.05) and munge, run as root on this
-machine, one munge key, every file under one folder of the test's own.
+"""A real Slurm cluster for the tests, on hosts of the Ubuntu 24.04 twin: slurmctld on one host (`ctld`), slurmd on
+each of the others (`n1`, `n2`, ...), munge on all of them, every daemon run by the host's systemd from its Debian
+unit, as ParallelCluster and HyperPod nodes run theirs.
 
-Each daemon runs in its own UTS and mount namespace (`unshare --uts --mount`): slurmctld as host `ctld`, each slurmd
-as its node (`n1`, `n2`, ...) with its own hostname, its own address (NodeAddr 127.0.27.N+1, a loopback address of
-its own), its own port and spool, and a file system view of its own. Into every namespace the cluster binds what a
-configured node has: an /etc/hosts naming every node (as a cluster's DNS resolves them), /etc/slurm holding the
-cluster's slurm.conf (so slurmd, and scontrol in a health check, find it where Slurm looks), and an /etc/default
-holding the files the test gives (`etc_default`, e.g. the health check's settings). A fault is injected into one
-node only by a bind mount inside that node's namespace (`Cluster.inject`), which its job steps, its prolog and its
-health check (all forked from its slurmd) see and no other node does; `Cluster.heal` takes it out again.
+The hosts are tests/testbed/hosts.py's (systemd as PID 1, sshd with host keys, the `ubuntu` user, a file system
+each) from one image with Debian trixie's Slurm 24.11 (`slurmctld`, `slurmd`, `slurm-client`), `munge` and
+`libfabric-bin` added (`build_slurm_image`): the cluster's own Slurm, as on a real cluster, where ParallelCluster or
+HyperPod installs it, not the roles. What each host has of its own: its hostname, its address (NodeAddr
+127.0.27.N+1, named in every host's /etc/hosts as a cluster's DNS names it; slurmctld at 127.0.27.1), its slurmd
+port, its spool, logs and /etc/default/neuron-healthcheck, its `fi_info` (Debian's libfabric), and the
+`/usr/local/bin/verify-device` link that the AMI installs. What the hosts share, as a cluster's nodes do over NFS or
+FSx: the cluster's folder, at the same path on every host (the reports, the jobs' output, /etc/slurm with the one
+slurm.conf bound from its `etc-slurm`), and the image's munge key. Every host is lent this checkout and its .venv
+read-only (hosts.lent_checkout: no torch with gloo exists here for the twin's Python 3.13).
 
-What is real: the daemons, munge's credentials, sbatch/srun/scontrol/sinfo, Slurm's scheduling, prolog and node
-states. Not imitated: separate kernels and network stacks (the namespaces share this machine's network, so every node
-reaches the others on loopback addresses), cgroups (ProctrackType=proctrack/linuxproc, TaskPlugin=task/none: Docker
-here runs cgroup v1, which Slurm's cgroup plugins would need delegated).
+A fault is injected into one host only by replacing a file of its own file system (`Cluster.inject`), which its job
+steps, its prolog and its health check see and no other host does; `Cluster.heal` puts the healthy file back.
+
+What is real: the daemons under systemd, munge's credentials, sbatch/srun/scontrol/sinfo (run on the controller
+host, as a user's login node runs them), Slurm's scheduling, prolog, epilog and node states. Not imitated: separate
+kernels and network stacks (the hosts share this machine's network, so each reaches the others on its loopback
+address), cgroups (ProctrackType=proctrack/linuxproc, TaskPlugin=task/none: Docker here runs cgroup v1, which
+Slurm's cgroup plugins would need delegated).
 """
 
 from __future__ import annotations
 
+import functools
 import json
-import os
 import re
 import secrets
 import shutil
@@ -27,39 +34,53 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterator, Mapping, Sequence
+import uuid
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager, contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 from neuron_smoke.slurm_health import Node, parse_node
-from tests.testbed import cpuquota
+from tests.testbed import hosts
 
 ROOT = Path(__file__).resolve().parents[2]
 HEALTHCHECK = ROOT / "scripts" / "slurm" / "neuron-healthcheck"
 SBATCH = ROOT / "scripts" / "slurm" / "verify-cluster.sbatch"
-DAEMONS = ("slurmctld", "slurmd", "munged", "unshare", "nsenter")
 ADDRESS = "127.0.27.{}"  # node i (1-based) at .(i+1); slurmctld at .1
+CONTROLLER = "ctld"
+SLURM_PACKAGES = ("slurmd", "slurmctld", "slurm-client", "munge", "libfabric-bin")
+SLURM_DOCKERFILE = """\
+FROM {base}
+RUN apt-get update \\
+ && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends {packages} \\
+ && systemctl disable slurmd.service slurmctld.service \\
+ && mkdir -p {node_site}
+"""
+# Each host's own verify-device (the AMI's /usr/local/bin link) and an empty folder on the jobs' PYTHONPATH: the two
+# places a fault replaces on one host.
+VERIFY_DEVICE = "/usr/local/bin/verify-device"
+NODE_SITE = "/var/lib/neuron-torch-test/site"
 START_TIMEOUT_S = 60.0
 REGISTER_TIMEOUT_S = 90.0  # a node registers once its health check is done: Slurm kills one at 60 s
-BOUND = ("hosts", "slurm", "default")  # of /etc, bound over in every namespace
 CHECK_DIR = "cluster-check"  # under a twin cluster's folder: the reports' folder its Epilog reads
-
-
-def missing() -> list[str]:
-    """The programs a cluster needs that are not installed (Debian: slurm-wlm, munge, util-linux)."""
-    found = {name: shutil.which(name) or shutil.which(name, path="/usr/sbin:/sbin") for name in DAEMONS}
-    return [name for name, path in found.items() if path is None]
+HEALTHY = ".neuron-torch-healthy"  # the suffix an injected fault keeps the healthy file under
 
 
 def usable() -> str:
-    """Why no cluster can start here ('' when one can): the programs, and root (slurmd runs jobs as their user)."""
-    absent = missing()
-    if absent:
-        return f"{', '.join(absent)} not installed: apt-get install slurm-wlm munge (scripts/ci-prereqs.sh)"
-    if os.geteuid() != 0:
-        return "the Slurm daemons run as root here (SlurmUser=root): run the tests as root"
+    """Why no cluster can start here ('' when one can): Docker, which runs the hosts."""
+    if shutil.which(hosts.DOCKER) is None:
+        return f"{hosts.DOCKER} not installed: apt-get install docker.io (scripts/ci-prereqs.sh)"
+    if hosts.docker("info", check=False).returncode != 0:
+        return "dockerd is not running: scripts/ci-prereqs.sh starts it"
     return ""
+
+
+@functools.cache
+def build_slurm_image(base: str = hosts.DEFAULT_BASE) -> str:
+    """The Slurm hosts' image: the host image of `base` with the cluster's Slurm, munge and libfabric."""
+    host = hosts.build_host_image(base)
+    dockerfile = SLURM_DOCKERFILE.format(base=host, packages=" ".join(SLURM_PACKAGES), node_site=NODE_SITE)
+    return hosts.build_keyed(host.replace("neuron-torch-host:", "neuron-torch-slurm:"), host, dockerfile)
 
 
 def free_ports(count: int) -> list[int]:
@@ -87,20 +108,28 @@ class Job:
 
 @dataclass
 class Cluster:
-    folder: Path
+    folder: Path  # shared by every host, at the same path
     nodes: tuple[str, ...]
-    conf: Path
-    pids: dict[str, int] = field(default_factory=dict)  # daemon name -> the unshare'd process (its namespaces)
-    procs: list[subprocess.Popen[bytes]] = field(default_factory=list)
-    cpu_groups: list[Path] = field(default_factory=list)  # each slurmd's CPU quota group (benchmarks only)
+    conf: Path  # the one slurm.conf, every host's /etc/slurm/slurm.conf
+    fleet: hosts.Fleet
 
-    @property
-    def env(self) -> dict[str, str]:
-        """This machine's environment with SLURM_CONF pointing the Slurm commands at this cluster."""
-        return {**os.environ, "SLURM_CONF": str(self.conf)}
+    def run(
+        self, host: str, argv: Sequence[str], env: Mapping[str, str] | None = None, timeout: float = 120
+    ) -> subprocess.CompletedProcess[str]:
+        """ARGV on HOST (its file system, its hostname), as root, with ENV added to the host's own environment."""
+        options = [f"--env={k}={v}" for k, v in (env or {}).items()]
+        container = self.fleet.hosts[host].container
+        return subprocess.run(
+            [hosts.DOCKER, "exec", *options, container, *argv],
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            check=False,
+        )
 
     def command(self, *argv: str, timeout: float = 60, check: bool = True) -> subprocess.CompletedProcess[str]:
-        proc = subprocess.run(argv, env=self.env, capture_output=True, text=True, timeout=timeout, check=False)
+        """A Slurm command on the controller host."""
+        proc = self.run(CONTROLLER, argv, timeout=timeout)
         if check and proc.returncode != 0:
             raise RuntimeError(f"{' '.join(argv)}: exit {proc.returncode}: {proc.stderr.strip() or proc.stdout}")
         return proc
@@ -113,11 +142,10 @@ class Cluster:
         return "+".join(sorted(self.node(name).states))
 
     def run_job(self, argv: Sequence[str], env: Mapping[str, str], timeout: float) -> Job:
-        """`sbatch --parsable ARGV`, then its state read with scontrol until it ends (every half second: sbatch
-        --wait polls with a backoff that adds up to half a minute to each job)."""
-        proc = subprocess.run(
-            ["sbatch", "--parsable", *argv], env=dict(env), capture_output=True, text=True, timeout=60, check=False
-        )
+        """`sbatch --parsable ARGV` on the controller host with ENV (sbatch's --export=ALL hands it to the job), then
+        its state read with scontrol until it ends (every half second: sbatch --wait polls with a backoff that adds up
+        to half a minute to each job)."""
+        proc = self.run(CONTROLLER, ["sbatch", "--parsable", *argv], env, timeout=60)
         if proc.returncode != 0:
             raise RuntimeError(f"sbatch: exit {proc.returncode}: {proc.stderr.strip()}")
         job_id = proc.stdout.strip().split(";")[0]
@@ -144,65 +172,43 @@ class Cluster:
                 raise TimeoutError(f"nodes not idle after {timeout:g}s: {states}\n{self.logs()}")
             time.sleep(0.5)
 
-    def in_node(
-        self, name: str, argv: Sequence[str], env: Mapping[str, str] | None = None, timeout: float = 120
-    ) -> subprocess.CompletedProcess[str]:
-        """Run ARGV inside node NAME's namespaces (its hostname, its file system view) with ENV."""
-        enter = ["nsenter", "-t", str(self.pids[name]), "-u", "-m", "--"]
-        return subprocess.run(
-            [*enter, *argv], env=dict(env or self.env), capture_output=True, text=True, timeout=timeout, check=False
-        )
-
     def inject(self, name: str, source: Path, target: str) -> None:
-        """Bind SOURCE over TARGET in node NAME only (a fault of that node)."""
-        proc = self.in_node(name, ["mount", "--bind", str(source), target])
-        if proc.returncode != 0:
-            raise RuntimeError(f"inject into {name}: {proc.stderr.strip()}")
+        """Put SOURCE (a file or a folder of this machine) in place of TARGET on host NAME only (a fault of that
+        host); the healthy TARGET is kept beside it for `heal`."""
+        moved = self.run(name, ["mv", "-T", target, target + HEALTHY])
+        if moved.returncode != 0:
+            raise RuntimeError(f"inject into {name}: {moved.stderr.strip()}")
+        hosts.docker("cp", str(source), f"{self.fleet.hosts[name].container}:{target}")
 
     def heal(self, name: str, target: str) -> None:
-        proc = self.in_node(name, ["umount", target])
+        proc = self.run(name, ["sh", "-c", 'rm -rf "$0" && mv -T "$0$1" "$0"', target, HEALTHY])
         if proc.returncode != 0:
             raise RuntimeError(f"heal {name}: {proc.stderr.strip()}")
 
     def logs(self) -> str:
         parts = []
-        for log in sorted(self.folder.glob("log/*")):
-            lines = log.read_text(errors="replace").splitlines()[-25:]
-            parts.append(f"---- {log.name}\n" + "\n".join(lines))
+        for host in (CONTROLLER, *self.nodes):
+            tail = self.run(host, ["sh", "-c", "tail -n 25 /var/log/slurm/*.log"], timeout=30)
+            parts.append(f"---- {host}\n{tail.stdout}{tail.stderr}")
         return "\n".join(parts)
 
     def stop(self) -> None:
-        for proc in reversed(self.procs):
-            if proc.poll() is None:
-                proc.terminate()
-        for proc in reversed(self.procs):
-            try:
-                proc.wait(timeout=15)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait(timeout=5)
-        for group in self.cpu_groups:
-            cpuquota.remove(group)
+        self.fleet.remove()
 
 
-def _slurm_conf(
-    folder: Path, nodes: tuple[str, ...], ports: list[int], settings: Mapping[str, str], cluster_name: str
-) -> str:
+def _slurm_conf(nodes: tuple[str, ...], ports: list[int], settings: Mapping[str, str], cluster_name: str) -> str:
     lines = [
         f"ClusterName={cluster_name}",
-        f"SlurmctldHost=ctld({ADDRESS.format(1)})",
+        f"SlurmctldHost={CONTROLLER}({ADDRESS.format(1)})",
         f"SlurmctldPort={ports[0]}",
-        "SlurmUser=root",
+        "SlurmUser=slurm",  # Debian's package makes the user, and its state folder under /var/lib/slurm
         "SlurmdUser=root",
         "AuthType=auth/munge",
         "CredType=cred/munge",
-        f"AuthInfo=socket={folder}/munge/munge.socket",
-        f"StateSaveLocation={folder}/state",
-        f"SlurmdSpoolDir={folder}/spool/%n",
-        f"SlurmctldPidFile={folder}/run/slurmctld.pid",
-        f"SlurmdPidFile={folder}/run/slurmd-%n.pid",
-        f"SlurmctldLogFile={folder}/log/slurmctld.log",
-        f"SlurmdLogFile={folder}/log/slurmd-%n.log",
+        "StateSaveLocation=/var/lib/slurm/slurmctld",
+        "SlurmdSpoolDir=/var/lib/slurm/slurmd",
+        "SlurmctldLogFile=/var/log/slurm/slurmctld.log",
+        "SlurmdLogFile=/var/log/slurm/slurmd.log",
         "ProctrackType=proctrack/linuxproc",
         "TaskPlugin=task/none",
         "SelectType=select/linear",
@@ -210,9 +216,6 @@ def _slurm_conf(
         "MpiDefault=none",
         "ReturnToService=2",
         "SlurmdParameters=config_overrides",
-        "AccountingStorageType=accounting_storage/none",
-        "JobCompType=jobcomp/none",
-        "JobAcctGatherType=jobacct_gather/none",
         "SlurmctldTimeout=30",
         "SlurmdTimeout=30",
         "InactiveLimit=0",
@@ -228,49 +231,19 @@ def _slurm_conf(
     return "\n".join(lines) + "\n"
 
 
-def _node_etc(folder: Path, nodes: tuple[str, ...], conf: str, etc_default: Mapping[str, str]) -> Path:
-    """FOLDER/etc: hosts, slurm/ and default/ as the namespaces see them at /etc/hosts, /etc/slurm and /etc/default
-    (this machine's own, with the cluster's names, its slurm.conf and the files of ETC_DEFAULT added)."""
-    etc = folder / "etc"
-    own = Path("/etc/hosts").read_text() if Path("/etc/hosts").exists() else "127.0.0.1 localhost\n"
-    names = [f"{ADDRESS.format(1)} ctld"] + [f"{ADDRESS.format(i)} {n}" for i, n in enumerate(nodes, start=2)]
-    shutil.copytree("/etc/slurm", etc / "slurm", symlinks=True)
-    shutil.copytree("/etc/default", etc / "default", symlinks=True)
-    (etc / "hosts").write_text(own.rstrip("\n") + "\n" + "\n".join(names) + "\n")
-    (etc / "slurm" / "slurm.conf").write_text(conf)
-    for name, text in etc_default.items():
-        (etc / "default" / name).write_text(text)
-    return etc
+def _start_service(running: Cluster, host: str, unit: str) -> None:
+    started = running.run(host, ["systemctl", "start", unit], timeout=START_TIMEOUT_S)
+    if started.returncode != 0:
+        status = running.run(host, ["systemctl", "status", "--no-pager", "--lines=30", unit])
+        raise RuntimeError(f"{unit} on {host} did not start: {started.stderr.strip()}\n{status.stdout}")
 
 
-def _namespaced(hostname: str, etc: Path, argv: Sequence[str]) -> list[str]:
-    """ARGV as host HOSTNAME: its own UTS and mount namespace, with the cluster's files of ETC bound over /etc's."""
-    binds = " && ".join(f'mount --bind "$0/{name}" /etc/{name}' for name in BOUND)
-    inner = f'hostname {hostname} && {binds} && exec "$@"'
-    return ["unshare", "--uts", "--mount", "--propagation", "private", "--", "sh", "-c", inner, str(etc), *argv]
-
-
-def _start_munge(folder: Path) -> subprocess.Popen[bytes]:
-    munge = folder / "munge"
-    munge.mkdir(mode=0o700)
-    (munge / "munge.key").write_bytes(secrets.token_bytes(128))
-    (munge / "munge.key").chmod(0o400)
-    argv = ["munged", "--foreground", "--force", f"--socket={munge}/munge.socket", f"--key-file={munge}/munge.key"]
-    argv += [f"--pid-file={munge}/munged.pid", f"--log-file={folder}/log/munged.log", f"--seed-file={munge}/seed"]
-    log = (folder / "log" / "munged.out").open("wb")
-    proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT)
-    _wait_for(lambda: (munge / "munge.socket").exists() or proc.poll() is not None, "munged's socket")
-    if proc.poll() is not None:
-        raise RuntimeError(f"munged exited {proc.returncode}: {(folder / 'log' / 'munged.out').read_text()}")
-    return proc
-
-
-def _wait_for(ready: Callable[[], bool], what: str, timeout: float = START_TIMEOUT_S) -> None:
-    deadline = time.monotonic() + timeout
-    while not ready():
+def _wait_for_controller(running: Cluster) -> None:
+    deadline = time.monotonic() + START_TIMEOUT_S
+    while running.command("scontrol", "ping", check=False).returncode != 0:
         if time.monotonic() > deadline:
-            raise TimeoutError(f"{what} not ready after {timeout:g}s")
-        time.sleep(0.2)
+            raise TimeoutError(f"slurmctld not answering after {START_TIMEOUT_S:g}s\n{running.logs()}")
+        time.sleep(0.3)
 
 
 @contextmanager
@@ -282,54 +255,34 @@ def cluster(
     cpus_per_node: float | None = None,
 ) -> Iterator[Cluster]:
     """A running cluster of NODES nodes (n1..nN, all idle) with the slurm.conf SETTINGS added, and ETC_DEFAULT's files
-    in every node's /etc/default; stopped on exit. (Slurm gives a prolog and a health check an environment of its
-    own, not the daemons': a program's settings come from files, as on a real node.) CPUS_PER_NODE (benchmarks):
-    each slurmd, and so every job step and health check it starts, limited to that many CPUs of its own
-    (tests/testbed/cpuquota.py)."""
+    in every node's /etc/default; its hosts removed on exit. FOLDER is shared by every host at the same path. (Slurm
+    gives a prolog and a health check an environment of its own, not the daemons': a program's settings come from
+    files, as on a real node.) CPUS_PER_NODE (benchmarks): each node's host, and so its slurmd and every job step and
+    health check it starts, limited to that many CPUs of its own (docker --cpus)."""
     folder.mkdir(parents=True, exist_ok=True)
-    for sub in ("log", "run", "state", "spool"):
-        (folder / sub).mkdir()
     names = tuple(f"n{i}" for i in range(1, nodes + 1))
-    text = _slurm_conf(folder, names, free_ports(nodes + 1), settings or {}, f"nt{secrets.token_hex(3)}")
-    etc = _node_etc(folder, names, text, etc_default or {})
-    conf = etc / "slurm" / "slurm.conf"
-    run = Cluster(folder, names, conf)
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("SLURM", "NEURON_"))}
+    conf = folder / "etc-slurm" / "slurm.conf"
+    conf.parent.mkdir()
+    conf.write_text(_slurm_conf(names, free_ports(nodes + 1), settings or {}, f"nt{secrets.token_hex(3)}"))
+    addresses = {CONTROLLER: ADDRESS.format(1)} | {n: ADDRESS.format(i) for i, n in enumerate(names, start=2)}
+    volumes = (*hosts.lent_checkout(), f"{folder}:{folder}", f"{conf.parent}:/etc/slurm:ro")
+    fleet = hosts.Fleet(folder / "hosts", f"nt-slurm-{uuid.uuid4().hex[:6]}", image=build_slurm_image())
+    running = Cluster(folder, names, conf, fleet)
+    flags = () if cpus_per_node is None else (f"--cpus={cpus_per_node:g}",)
+    defaults = {f"/etc/default/{name}": (text.encode(), 0o644) for name, text in (etc_default or {}).items()}
     try:
-        run.procs.append(_start_munge(folder))
-        ctld = subprocess.Popen(
-            _namespaced("ctld", etc, ["slurmctld", "-D", "-i"]),
-            env=env,
-            stdout=(folder / "log" / "slurmctld.out").open("wb"),
-            stderr=subprocess.STDOUT,
-        )
-        run.procs.append(ctld)
-        run.pids["ctld"] = ctld.pid
-        _wait_for(
-            lambda: ctld.poll() is not None or run.command("scontrol", "ping", check=False).returncode == 0,
-            "slurmctld",
-        )
-        if ctld.poll() is not None:
-            raise RuntimeError(f"slurmctld exited {ctld.returncode}:\n{run.logs()}")
+        fleet.start(CONTROLLER, volumes=volumes, addresses=addresses)
+        for name in names:
+            fleet.start(name, volumes=volumes, addresses=addresses, flags=flags)
+            fleet.put(name, defaults, {VERIFY_DEVICE: str(ROOT / "scripts" / "verify-device.sh")})
+        _start_service(running, CONTROLLER, "slurmctld.service")
+        _wait_for_controller(running)
         for name in names:  # one at a time: each runs the HealthCheckProgram as it starts (Slurm allows it 60 s)
-            (folder / "spool" / name).mkdir()
-            join = None
-            if cpus_per_node is not None:
-                run.cpu_groups.append(cpuquota.make(f"slurmd-{name}", cpus_per_node))
-                join = cpuquota.joiner(run.cpu_groups[-1])
-            proc = subprocess.Popen(
-                _namespaced(name, etc, ["slurmd", "-D", "-N", name]),
-                env=env,
-                preexec_fn=join,
-                stdout=(folder / "log" / f"slurmd-{name}.out").open("wb"),
-                stderr=subprocess.STDOUT,
-            )
-            run.procs.append(proc)
-            run.pids[name] = proc.pid
-            run.wait_idle([name], REGISTER_TIMEOUT_S)
-        yield run
+            _start_service(running, name, "slurmd.service")
+            running.wait_idle([name], REGISTER_TIMEOUT_S)
+        yield running
     finally:
-        run.stop()
+        running.stop()
 
 
 # --- neuron-torch on the cluster: the health check and the cluster check job, as the tests and the bench run them ---
@@ -337,7 +290,8 @@ def cluster(
 
 def twin_settings(folder: Path) -> dict[str, str]:
     """verify-device's settings on every node (--device cpu, the test release's fabric facts, no cell, no device
-    files): the health check reads them from /etc/default/neuron-healthcheck, the job from sbatch's environment."""
+    files): the health check reads them from /etc/default/neuron-healthcheck, the job from sbatch's environment.
+    FOLDER is the cluster's shared one."""
     from neuron_torch.matrix import load_matrix
     from neuron_torch.render import instance_facts
 
@@ -371,15 +325,8 @@ def twin_cluster(
 
 
 def run_healthcheck(running: Cluster, name: str) -> subprocess.CompletedProcess[str]:
-    """neuron-healthcheck as slurmd runs it: alone, in node NAME's namespaces, with SLURMD_NODENAME only."""
-    return subprocess.run(
-        ["nsenter", "-t", str(running.pids[name]), "-u", "-m", "--", str(HEALTHCHECK)],
-        env={"SLURMD_NODENAME": name},
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
+    """neuron-healthcheck as slurmd runs it: alone, as root on host NAME, with SLURMD_NODENAME only."""
+    return running.run(name, ["env", "-i", f"SLURMD_NODENAME={name}", str(HEALTHCHECK)])
 
 
 def run_verify_cluster(
@@ -392,13 +339,12 @@ def run_verify_cluster(
     args: Sequence[str] = (),
     **extra: str,
 ) -> Job:
-    """`sbatch -N NODES verify-cluster.sbatch [ARGS]`, output to OUT, the reports into REPORTS, EXTRA in its
-    environment."""
+    """`sbatch -N NODES verify-cluster.sbatch [ARGS]`, output to OUT, the reports into REPORTS (both in the shared
+    folder), EXTRA in its environment; each node runs its own /usr/local/bin/verify-device."""
     env = {
-        **running.env,
         **settings,
         "NEURON_TORCH_CLUSTER_DIR": str(reports),
-        "NEURON_TORCH_VERIFY_DEVICE": str(ROOT / "scripts" / "verify-device.sh"),
+        "NEURON_TORCH_VERIFY_DEVICE": VERIFY_DEVICE,
         "NEURON_TORCH_CLI": str(Path(sys.executable).parent / "neuron-torch"),
         "NEURON_TORCH_CLUSTER_STAGES": "environment,device,fabric,consistency,allreduce",
         **extra,
