@@ -25,6 +25,7 @@ import sys
 import time
 import uuid
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -317,3 +318,53 @@ def test_as_the_prolog_a_failing_node_is_drained_before_the_job_runs(
         cluster.conf.write_text(plain)
         cluster.command("scontrol", "reconfigure")
     assert healthcheck(cluster, "n4")["n4"].returncode == 0 and not cluster.node("n4").drained
+
+
+def stopped(pids: list[int]) -> list[int]:
+    """The processes of PIDS that are stopped (state T in /proc/PID/stat)."""
+    found = []
+    for pid in pids:
+        try:
+            if Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] == "T":
+                found.append(pid)
+        except (OSError, IndexError):
+            continue
+    return found
+
+
+def test_a_host_lost_mid_job_fails_the_job_named_and_slurm_takes_it_back_once_it_boots(
+    cluster: slurm.Cluster, settings: dict[str, str], folder: Path
+) -> None:
+    """n3's host is lost in the middle of the all_reduce: its verify-device first freezes (test_cluster.py's
+    hang_in_allreduce: SIGSTOP, silent with its sockets open, as a machine that stopped), then the test kills the whole
+    host (docker kill: systemd, munge, slurmd and the task go at once). The others give up on n3 within seconds; Slurm
+    sees n3's slurmd stop answering and marks it down; the job (--no-kill) still runs cluster-report, which fails
+    naming n3. Nothing of the job is left on any host, no other node is drained, and once n3's host boots again and
+    its slurmd starts, Slurm returns it to service (ReturnToService=2). Last in this file: it restarts a host."""
+    tag = f"NEURON_SMOKE_TEST_TAG_{uuid.uuid4().hex}"
+    stages = "device,fabric,consistency,allreduce"
+    extra = {"PYTHONPATH": slurm.NODE_SITE, "NEURON_TORCH_CLUSTER_STAGES": stages, tag: "1"}
+    cluster.inject("n3", injector_site(folder, "hang_in_allreduce"), slurm.NODE_SITE)
+    try:
+        with ThreadPoolExecutor(1) as pool:
+            running = pool.submit(submit, cluster, settings, folder, "host-lost", **extra)
+            deadline = time.monotonic() + JOB_TIMEOUT
+            while not stopped(processes_tagged(tag)) and not running.done() and time.monotonic() < deadline:
+                time.sleep(0.2)
+            assert not running.done(), "the job ended before n3 froze in its all_reduce"
+            cluster.lose("n3")
+            job, output, reports = running.result()
+        assert (job.state, job.exit_code) == ("FAILED", 1), job.shown
+        assert re.search(r"^2 +(n3|-) +FAIL ", output, re.M), output
+        table = json.loads((reports / "cluster-report.json").read_text())
+        assert [n["verdict"] for n in table["nodes"]] == ["PASS", "PASS", "FAIL", "PASS"]
+        assert table["nodes"][2]["stages"]["allreduce"] == "hung"
+        assert processes_tagged(tag) == []
+        lost = cluster.node("n3")
+        assert lost.states & {"DOWN", "NOT_RESPONDING"}, lost
+        assert not any(cluster.node(n).drained for n in ("n1", "n2", "n4"))
+    finally:
+        if cluster.run("n3", ["true"]).returncode != 0:  # its host is down: boot it again
+            cluster.revive("n3")
+        cluster.heal("n3", slurm.NODE_SITE)
+    cluster.wait_idle(timeout=slurm.REGISTER_TIMEOUT_S)

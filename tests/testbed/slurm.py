@@ -63,6 +63,7 @@ NODE_SITE = "/var/lib/neuron-torch-test/site"
 START_TIMEOUT_S = 60.0
 REGISTER_TIMEOUT_S = 90.0  # a node registers once its health check is done: Slurm kills one at 60 s
 CHECK_DIR = "cluster-check"  # under a twin cluster's folder: the reports' folder its Epilog reads
+BOOTED = ("running", "degraded")  # `systemctl is-system-running --wait` once a host's start-up is done
 HEALTHY = ".neuron-torch-healthy"  # the suffix an injected fault keeps the healthy file under
 
 
@@ -184,6 +185,23 @@ class Cluster:
         proc = self.run(name, ["sh", "-c", 'rm -rf "$0" && mv -T "$0$1" "$0"', target, HEALTHY])
         if proc.returncode != 0:
             raise RuntimeError(f"heal {name}: {proc.stderr.strip()}")
+
+    def lose(self, name: str) -> None:
+        """Host NAME is lost at once, everything on it with it (docker kill: no shutdown, no daemon says goodbye)."""
+        hosts.docker("kill", self.fleet.hosts[name].container)
+
+    def revive(self, name: str) -> None:
+        """Boot host NAME again, its file system as it was lost, and start its slurmd (the unit is not enabled: the
+        cluster starts each node's itself)."""
+        hosts.docker("start", self.fleet.hosts[name].container)
+        deadline = time.monotonic() + START_TIMEOUT_S
+        # Booted: systemd's state once its start-up jobs are done ("degraded" when some unit failed: slurmd, which
+        # matters here, is started below). Before its bus is up, systemctl cannot connect at all.
+        while (booted := self.run(name, ["systemctl", "is-system-running", "--wait"])).stdout.strip() not in BOOTED:
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"{name} did not boot: {booted.stdout.strip()} {booted.stderr.strip()}")
+            time.sleep(0.3)
+        _start_service(self, name, "slurmd.service")
 
     def logs(self) -> str:
         parts = []
