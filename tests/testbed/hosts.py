@@ -316,11 +316,11 @@ class Fleet:
         docker("rm", "-f", container, check=False)
         port = free_port()
         names = {name: "127.0.0.1", **(addresses or {})}
-        flags = ["--name", container, "--hostname", name, *RUN_FLAGS, *flags]
-        flags += [f"--add-host={host}:{address}" for host, address in names.items()]
-        flags += [f"--volume={volume}" for volume in volumes]
-        flags.append(self._cgroup_volume(container, image or self.image))
-        docker("create", *flags, image or self.image)
+        options = ["--name", container, "--hostname", name, *RUN_FLAGS, *flags]
+        options += [f"--add-host={host}:{address}" for host, address in names.items()]
+        options += [f"--volume={volume}" for volume in volumes]
+        options.append(self._cgroup_volume(container, image or self.image))
+        docker("create", *options, image or self.image)
         payload, public = self._payload(name, port)
         docker("cp", "-", f"{container}:/", stdin=payload)
         docker("start", container)
