@@ -180,6 +180,14 @@ def never_starts(folder: Path) -> Path:
     return script
 
 
+def fault_env() -> tuple[str, dict[str, str]]:
+    """A fault run's job environment: its stages, the hosts' own empty folder on PYTHONPATH (where a fault is put),
+    and a tag of its own, by which the test finds the job's processes on any host: (the tag, the environment)."""
+    tag = f"NEURON_SMOKE_TEST_TAG_{uuid.uuid4().hex}"
+    stages = "device,fabric,consistency,allreduce"
+    return tag, {"PYTHONPATH": slurm.NODE_SITE, "NEURON_TORCH_CLUSTER_STAGES": stages, tag: "1"}
+
+
 # Per fault run: {node: (what is put on that node's host, in place of what)} with the drain reason each node must get,
 # and the job's extra verify-device arguments. One run for the faults whose stages do not need each other (as
 # test_cluster.py shares them), one for the node that never joins (a short join timeout: the others wait that long).
@@ -210,25 +218,23 @@ def test_a_cluster_fault_fails_the_job_and_the_epilog_drains_only_that_node_with
     of the job is left running. The node health check cannot see a cluster stage, so it leaves such a drain alone
     even once the fault is gone; the operator resumes the fixed nodes and the rerun job passes, every node idle."""
     faults, reasons, args = FAULTS[run]
-    bound = {}
+    placed = {}
     for name, fault in faults.items():
         if fault == "never_starts":
-            bound[name] = (never_starts(folder), slurm.VERIFY_DEVICE)
+            placed[name] = (never_starts(folder), slurm.VERIFY_DEVICE)
         elif fault == "torch":
-            bound[name] = (fake_torch(folder / run, "2.13.1"), slurm.NODE_SITE)
+            placed[name] = (fake_torch(folder / run, "2.13.1"), slurm.NODE_SITE)
         else:
-            bound[name] = (injector_site(folder, fault), slurm.NODE_SITE)
+            placed[name] = (injector_site(folder, fault), slurm.NODE_SITE)
     reports = cluster.folder / slurm.CHECK_DIR
-    tag = f"NEURON_SMOKE_TEST_TAG_{uuid.uuid4().hex}"
-    stages = "device,fabric,consistency,allreduce"
-    extra = {"PYTHONPATH": slurm.NODE_SITE, "NEURON_TORCH_CLUSTER_STAGES": stages, tag: "1"}
-    for name, (source, target) in bound.items():
+    tag, extra = fault_env()
+    for name, (source, target) in placed.items():
         cluster.inject(name, source, target)
     try:
         job, output, _ = submit(cluster, settings, folder, run, args, reports, **extra)
         assert processes_tagged(tag) == []
     finally:
-        for name, (_, target) in bound.items():
+        for name, (_, target) in placed.items():
             cluster.heal(name, target)
     assert (job.state, job.exit_code) == ("FAILED", 1)
     table = json.loads((reports / "cluster-report.json").read_text())
@@ -274,11 +280,9 @@ def test_a_node_that_dies_mid_job_fails_the_job_named_and_leaves_nothing_running
     the job's PYTHONPATH holds an empty folder of each host's own, and on n3 alone it is replaced by a folder whose
     sitecustomize turns the injector on. The job fails with n3 named, the others pass, and no process of the job is
     left on any host."""
-    tag = f"NEURON_SMOKE_TEST_TAG_{uuid.uuid4().hex}"
+    tag, extra = fault_env()
     cluster.inject("n3", injector_site(folder, "die_in_allreduce"), slurm.NODE_SITE)
     try:
-        stages = "device,fabric,consistency,allreduce"
-        extra = {"PYTHONPATH": slurm.NODE_SITE, "NEURON_TORCH_CLUSTER_STAGES": stages, tag: "1"}
         job, output, reports = submit(cluster, settings, folder, "dies", **extra)
     finally:
         cluster.heal("n3", slurm.NODE_SITE)
@@ -341,9 +345,7 @@ def test_a_host_lost_mid_job_fails_the_job_named_and_slurm_takes_it_back_once_it
     sees n3's slurmd stop answering and marks it down; the job (--no-kill) still runs cluster-report, which fails
     naming n3. Nothing of the job is left on any host, no other node is drained, and once n3's host boots again and
     its slurmd starts, Slurm returns it to service (ReturnToService=2). Last in this file: it restarts a host."""
-    tag = f"NEURON_SMOKE_TEST_TAG_{uuid.uuid4().hex}"
-    stages = "device,fabric,consistency,allreduce"
-    extra = {"PYTHONPATH": slurm.NODE_SITE, "NEURON_TORCH_CLUSTER_STAGES": stages, tag: "1"}
+    tag, extra = fault_env()
     cluster.inject("n3", injector_site(folder, "hang_in_allreduce"), slurm.NODE_SITE)
     try:
         with ThreadPoolExecutor(1) as pool:
