@@ -16,6 +16,7 @@ from typing import Any
 
 import torch
 from torch import nn
+from torch.nn.parameter import is_lazy
 
 from neuron_smoke.evaluate import attribution, failure, precision, randomness
 from neuron_smoke.evaluate import inventory as inv
@@ -23,9 +24,10 @@ from neuron_smoke.evaluate.stepmode import StepMode, outside
 from neuron_smoke.models import ModelSpec
 
 LR = 0.1  # as stage 4: SGD keeps the update linear in the gradient
+Moved = tuple[nn.Module, list[str]]  # a copy of the model on a device, and the ties restored on it (move)
 
 
-def move(model: nn.Module, device: str) -> tuple[nn.Module, list[str]]:
+def move(model: nn.Module, device: str) -> Moved:
     """A copy of the model on `device`, with shared (tied) parameters shared again if the move untied them.
 
     Module.to() keeps a parameter shared only when it can swap the tensor in place; across some device types it
@@ -168,11 +170,15 @@ class _Keeper:
             _keep_input_grads(cap, label, call, made, edges)
 
 
-def _moved(spec: ModelSpec, device: str) -> tuple[nn.Module, list[str], tuple[Any, ...], dict[str, Any]]:
-    """The model and inputs on `device`; a move that fails (a sparse buffer the device has no layout for) names the
-    first tensor of the model not in the strided layout, or the model."""
+def _moved(
+    spec: ModelSpec, device: str, moved: Moved | None
+) -> tuple[nn.Module, list[str], tuple[Any, ...], dict[str, Any]]:
+    """The model and inputs on `device` (`moved`: a copy there already, its gradients cleared here); a move that fails
+    (a sparse buffer the device has no layout for) names the first tensor of the model not in the strided layout, or
+    the model."""
     try:
-        model, untied = move(spec.model, device)
+        model, untied = moved if moved is not None else move(spec.model, device)
+        model.zero_grad(set_to_none=True)
         args, kwargs = spec.inputs_on(device)
     except Exception as exc:
         named = [*spec.model.named_parameters(), *spec.model.named_buffers()]
@@ -199,11 +205,13 @@ def train_step(
     tracker: Any = None,
     synchronize: Callable[[], None] = lambda: None,
     at: str = "fp32",
+    moved: Moved | None = None,
 ) -> Capture:
     """One step on `device` at precision `at` (precision.py); every tensor in the Capture is on the CPU. `tracker` is
-    torch_neuronx (or None). A step that raises raises failure.StepFailed, naming the op, module and line."""
+    torch_neuronx (or None). `moved`: a copy of the model on `device` to train (time_steps lends its own), else the
+    step makes one. A step that raises raises failure.StepFailed, naming the op, module and line."""
     cap = Capture(device=device)
-    model, cap.untied, args, kwargs = _moved(spec, device)
+    model, cap.untied, args, kwargs = _moved(spec, device, moved)
     optimizer = torch.optim.SGD(model.parameters(), lr=LR, momentum=0.9)
     nesting = attribution.Nesting(model, _Keeper(cap) if activations else None)
     if tracker is not None:
@@ -259,16 +267,21 @@ def time_steps(
     warmup: int,
     iterations: int,
     synchronize: Callable[[], None],
-    warm_step: Callable[[], None] | None = None,
+    warm_step: Callable[[Moved | None], None] | None = None,
     at: str = "fp32",
 ) -> dict[str, Any]:
     """Forward, loss and backward, bare: the first call, then p50/p95 over `iterations` after `warmup`.
 
-    `warm_step` (the instrumented step: the same forward, loss and backward, on its own copy) runs right after the
-    first call and counts as the first of the `warmup` steps, so the first call stays the process's cold one.
+    `warm_step` (the instrumented step: the same forward, loss and backward, with its optimizer step) runs right after
+    the first call and counts as the first of the `warmup` steps, so the first call stays the process's cold one. It
+    is lent the timed copy when the first call left that copy's tensors as they were (Unchanged), so it needs no copy
+    of its own; else it is given None and makes one (a BatchNorm's statistics or a lazy module's weights moved on).
+    The steps after it run on the weights it updated: the timing does not depend on their values.
     """
-    model = move(spec.model, device)[0]
+    moved = move(spec.model, device)
+    model = moved[0]
     args, kwargs = spec.inputs_on(device)
+    as_copied = Unchanged(model)
 
     def step() -> float:
         start = time.perf_counter()
@@ -281,7 +294,7 @@ def time_steps(
 
     first = step()
     if warm_step is not None:
-        warm_step()
+        warm_step(moved if as_copied.holds(model) else None)
     for _ in range(warmup - 1 if warm_step is not None and warmup > 0 else warmup):
         step()
     times = sorted(step() for _ in range(iterations))
@@ -292,6 +305,24 @@ def time_steps(
         "iterations": iterations,
         "warmup": warmup,
     }
+
+
+class Unchanged:
+    """Whether a model still has the tensors it had when this was made: the same parameter and buffer objects, none
+    changed in place (their version counters), none lazy (a lazy module's first call draws its weights)."""
+
+    def __init__(self, model: nn.Module) -> None:
+        # the tensors themselves are kept, so none of them is freed and its id reused
+        self.tensors = [(t, t._version) for t in (*model.parameters(), *model.buffers())]
+        self.lazy = any(is_lazy(t) for t, _ in self.tensors)
+
+    def holds(self, model: nn.Module) -> bool:
+        now = [*model.parameters(), *model.buffers()]
+        return (
+            not self.lazy
+            and len(now) == len(self.tensors)
+            and all(t is was and t._version == version for t, (was, version) in zip(now, self.tensors, strict=True))
+        )
 
 
 def _percentile(sorted_times: list[float], pct: float) -> float:

@@ -238,11 +238,10 @@ def _measure(
     steps: list[capture.Capture] = []
     at = str(opts.precision)
 
-    def instrumented() -> None:  # after the cold first call, as the first warm-up step
+    def instrumented(moved: capture.Moved | None) -> None:  # after the cold first call, as the first warm-up step
         phases.done("timed_steps")
-        steps.append(
-            capture.train_step(spec, backend.device_type, with_inventory=True, tracker=tracker, synchronize=sync, at=at)
-        )
+        steps.append(capture.train_step(spec, backend.device_type, with_inventory=True, tracker=tracker,
+                                        synchronize=sync, at=at, moved=moved))  # fmt: skip
         phases.done("instrumented_step")
 
     try:

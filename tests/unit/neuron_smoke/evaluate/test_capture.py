@@ -185,7 +185,7 @@ def test_time_steps_runs_the_first_call_the_warmup_and_the_timed_steps(warmup: i
     syncs: list[int] = []
     warm: list[int] = []
     timing = capture.time_steps(
-        spec, "cpu", warmup, 5, lambda: syncs.append(1), (lambda: warm.append(1)) if with_warm_step else None
+        spec, "cpu", warmup, 5, lambda: syncs.append(1), (lambda _: warm.append(1)) if with_warm_step else None
     )
     # the instrumented step counts as the first warm-up step, when there is one to count as
     bare_warmup = warmup - 1 if with_warm_step and warmup > 0 else warmup
@@ -193,6 +193,64 @@ def test_time_steps_runs_the_first_call_the_warmup_and_the_timed_steps(warmup: i
     assert len(warm) == int(with_warm_step)
     assert (timing["iterations"], timing["warmup"]) == (5, warmup)
     assert 0 < timing["p50_ms"] <= timing["p95_ms"] and timing["first_call_s"] > 0
+
+
+class Normed(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.fc, self.bn = nn.Linear(4, 4), nn.BatchNorm1d(4)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        out: torch.Tensor = self.bn(self.fc(x))
+        return out
+
+
+def _lent(spec: ModelSpec) -> tuple[list[capture.Moved | None], list[capture.Capture]]:
+    """What time_steps lends its warm step, and the captures of an instrumented step run on it."""
+    lent: list[capture.Moved | None] = []
+    caps: list[capture.Capture] = []
+
+    def warm(moved: capture.Moved | None) -> None:
+        lent.append(moved)
+        caps.append(capture.train_step(spec, "cpu", with_inventory=True, moved=moved))
+
+    capture.time_steps(spec, "cpu", 2, 2, lambda: None, warm)
+    return lent, caps
+
+
+def test_the_warm_step_trains_the_timed_copy_when_the_first_call_left_it_as_it_was() -> None:
+    torch.manual_seed(0)
+    spec = _mlp_spec()
+    lent, caps = _lent(spec)
+    assert lent[0] is not None and lent[0][0] is not spec.model  # the timed copy, not the user's model
+    fresh = capture.train_step(spec, "cpu", with_inventory=True)  # its own copy, as before the first call
+    assert set(caps[0].tensors) == set(fresh.tensors)
+    for name, value in fresh.tensors.items():  # the first call's gradients were cleared: the same step exactly
+        assert torch.equal(caps[0].tensors[name], value), name
+    assert caps[0].inventory is not None and fresh.inventory is not None
+    assert caps[0].inventory.to_list() == fresh.inventory.to_list()
+
+
+@pytest.mark.parametrize("make", [Normed, lambda: nn.Sequential(nn.LazyLinear(4), nn.ReLU())], ids=["bn", "lazy"])
+def test_the_warm_step_gets_a_copy_of_its_own_when_the_first_call_moved_the_models_tensors(make: Any) -> None:
+    torch.manual_seed(0)
+    spec = ModelSpec(make(), (torch.randn(8, 4),), {}, lambda out: out.pow(2).sum(), "changed")
+    lent, caps = _lent(spec)
+    assert lent == [None] and caps  # BatchNorm's running statistics moved in place; the lazy layer drew its weights
+
+
+def test_unchanged_sees_a_tensor_replaced_or_changed_in_place() -> None:
+    model = Normed()
+    assert capture.Unchanged(model).holds(model)
+    seen = capture.Unchanged(model)
+    with torch.no_grad():
+        model.fc.weight.mul_(1.0)  # in place, even to the same values
+    assert not seen.holds(model)
+    seen = capture.Unchanged(model)
+    model.bn.running_mean = torch.zeros(4)  # another object
+    assert not seen.holds(model)
+    lazy = nn.LazyLinear(2)
+    assert not capture.Unchanged(lazy).holds(lazy)
 
 
 def test_the_percentile_is_the_nearest_rank() -> None:
