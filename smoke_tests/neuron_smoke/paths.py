@@ -75,15 +75,17 @@ def _data_end(name: str, entry: object, path: Path, option: str) -> int:
 
 def check_baseline(path: Path) -> None:
     """--baseline DIR: an index.json of the expected schema and complete tensors, before torch is imported."""
-    from neuron_smoke.evaluate import BASELINE_SCHEMA
+    from neuron_smoke.evaluate import BASELINE_READS
 
     index_file = path / "index.json"
     if not index_file.is_file():
         raise UsageError(f"--baseline {path}: no index.json there; record one with --record {path}")
     index = read_json(index_file, "baseline index", f"record the baseline again with --record {path}")
-    if not isinstance(index, dict) or index.get("schema") != BASELINE_SCHEMA:
+    if not isinstance(index, dict) or index.get("schema") not in BASELINE_READS:
         found = quote(index.get("schema")) if isinstance(index, dict) else "not a JSON object"
-        raise UsageError(f"--baseline {path}: index.json schema {found}, expected {BASELINE_SCHEMA!r}")
+        raise UsageError(
+            f"--baseline {path}: index.json schema {found}, expected {' or '.join(map(repr, BASELINE_READS))}"
+        )
     tensors = path / ("tensors.safetensors" if index.get("format") == "safetensors" else "tensors.pt")
     if not tensors.is_file():
         raise UsageError(f"--baseline {path}: {tensors.name} is missing; record the baseline again")

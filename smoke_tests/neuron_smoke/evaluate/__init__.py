@@ -6,7 +6,8 @@ torch.compile; write the JSON report and its Markdown and HTML renderings. See s
 """
 
 SCHEMA = "neuron-eval/1"
-BASELINE_SCHEMA = "neuron-eval-baseline/1"
+BASELINE_SCHEMA = "neuron-eval-baseline/2"  # /2: a value kept under several names is stored once (`same_as`)
+BASELINE_READS = ("neuron-eval-baseline/1", BASELINE_SCHEMA)  # the schemas --baseline reads
 # --precision: how the device computes float32 (precision.py implements each; the release data names the default,
 # and neuron_torch's matrix schema accepts these names only: tests/unit/neuron_smoke/evaluate/test_precision.py).
 PRECISIONS = ("fp32", "bf16-matmul", "bf16-autocast")

@@ -1,8 +1,11 @@
 """A baseline directory: `index.json` (what was recorded, where, how) and `tensors.safetensors` (the values).
 
 Tensors up to the size limit are stored whole; larger ones as a summary in the index plus their sketch
-(tensors.py) under `sketch:<name>`. Without the safetensors package the values go to `tensors.pt`, written with
-torch.save and read back with torch.load(weights_only=True), so loading never runs pickled code.
+(tensors.py) under `sketch:<name>`. A value the capture keeps under several names (one tensor object: a module's
+output that is the next one's input) is stored once, under its first name; the others' entries say `same_as` it
+(schema /2; /1 baselines, which have none, are read too). Without the safetensors package the values go to
+`tensors.pt`, written with torch.save and read back with torch.load(weights_only=True), so loading never runs
+pickled code.
 """
 
 from __future__ import annotations
@@ -19,7 +22,7 @@ from typing import Any
 import torch
 
 from neuron_smoke.errors import UsageError
-from neuron_smoke.evaluate import BASELINE_SCHEMA, tensors
+from neuron_smoke.evaluate import BASELINE_READS, BASELINE_SCHEMA, tensors
 
 st: Any
 try:
@@ -49,14 +52,18 @@ def save(path: Path, index: dict[str, Any], captured: dict[str, torch.Tensor], l
     """Write the baseline into a fresh directory next to `path`, then move it in place: nothing half-written."""
     entries: dict[str, Any] = {}
     values: dict[str, torch.Tensor] = {}
+    first: dict[int, str] = {}  # a value's id (alive in `captured`) -> the first name it is stored under
     for name, t in captured.items():
+        same = first.setdefault(id(t), name)
         if t.numel() <= limit or not tensors.comparable(t):
             entry = {"shape": list(t.shape), "dtype": str(t.dtype).removeprefix("torch."), "stored": "full"}
-            values[name] = t.contiguous()
+            if same == name:
+                values[name] = t.contiguous()
         else:  # the values are not kept: keep their statistics beside the projection
-            entry = {**tensors.summary(t), "stored": "sketch"}
-            values[f"sketch:{name}"] = tensors.sketch(t)
-        entries[name] = entry
+            entry = {**(tensors.summary(t) if same == name else entries[same]), "stored": "sketch"}
+            if same == name:
+                values[f"sketch:{name}"] = tensors.sketch(t)
+        entries[name] = entry if same == name else entry | {"same_as": same}
     index = {**index, "schema": BASELINE_SCHEMA, "full_tensor_limit": limit, "tensors": entries}
     path = path.resolve()
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -108,8 +115,9 @@ def load(path: Path) -> Baseline:
         index = json.loads(index_file.read_text(encoding="utf-8"))
     except (OSError, ValueError) as exc:
         raise UsageError(f"--baseline {path}: unreadable index.json ({exc}); record the baseline again") from exc
-    if index.get("schema") != BASELINE_SCHEMA:
-        raise UsageError(f"--baseline {path}: schema {index.get('schema')!r}, expected {BASELINE_SCHEMA!r}")
+    if index.get("schema") not in BASELINE_READS:
+        expected = " or ".join(map(repr, BASELINE_READS))
+        raise UsageError(f"--baseline {path}: schema {index.get('schema')!r}, expected {expected}")
     if index.get("format") == "safetensors" and st is None:
         raise UsageError(
             f"--baseline {path}: stored with safetensors, which is not installed here; "
@@ -117,6 +125,10 @@ def load(path: Path) -> Baseline:
         )
     try:
         values = _values(path, index.get("format"))
+        for name, entry in index["tensors"].items():
+            if "same_as" in entry:
+                prefix = "sketch:" if entry["stored"] == "sketch" else ""
+                values[prefix + name] = values[prefix + entry["same_as"]]
     except Exception as exc:
         first = (str(exc).strip().splitlines() or [""])[0][:200]
         raise UsageError(

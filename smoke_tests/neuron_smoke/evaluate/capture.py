@@ -9,6 +9,7 @@ from __future__ import annotations
 import copy
 import statistics
 import time
+import weakref
 from collections.abc import Callable, Mapping
 from contextlib import ExitStack, nullcontext
 from dataclasses import dataclass, field
@@ -49,6 +50,24 @@ def move(model: nn.Module, device: str) -> Moved:
     return moved, notes
 
 
+class Copies:
+    """CPU copies of a step's tensors, one per tensor value: a tensor kept again unchanged (the same object with the
+    same version counter; a module's input is most often the output of the one before it) gets the copy made
+    already, so it is neither copied from the device nor stored in a baseline twice. A weak reference tells the
+    object apart from a later one at the same id without keeping the device's tensor alive."""
+
+    def __init__(self) -> None:
+        self._made: dict[int, tuple[weakref.ref[torch.Tensor], int, torch.Tensor]] = {}
+
+    def __call__(self, t: torch.Tensor) -> torch.Tensor:
+        made = self._made.get(id(t))
+        if made is not None and made[0]() is t and made[1] == t._version:
+            return made[2]
+        copy = _cpu(t)
+        self._made[id(t)] = (weakref.ref(t), t._version, copy)
+        return copy
+
+
 @dataclass
 class Capture:
     device: str
@@ -60,6 +79,7 @@ class Capture:
     untied: list[str] = field(default_factory=list)
     under_transform: set[str] = field(default_factory=set)  # modules run inside torch.func transforms: not captured
     random_ops: dict[str, int] = field(default_factory=dict)  # op -> calls drawn from the shared seeded generator
+    copy: Copies = field(default_factory=Copies, repr=False)  # makes the CPU copies kept in `tensors`
 
 
 def float_leaves(value: Any) -> list[torch.Tensor]:
@@ -84,7 +104,7 @@ def _adder(cap: Capture, layer: str, name: str) -> Callable[[torch.Tensor], None
     each of its nodes that read the input); the copy and the sum are ours, kept out of the op inventory."""
 
     def add(grad: torch.Tensor) -> None:
-        copy, kept = _cpu(grad), cap.tensors.get(name)
+        copy, kept = cap.copy(grad), cap.tensors.get(name)
         if kept is not None:
             with outside(kept, copy):
                 copy = kept + copy
@@ -159,11 +179,11 @@ class _Keeper:
         call, edges = self.running[label].pop()
         cap.order.append(call)
         for i, t in enumerate(float_leaves(inputs)):
-            cap.tensors[f"act/{call}/in/{i}"] = _cpu(t)
+            cap.tensors[f"act/{call}/in/{i}"] = cap.copy(t)
             cap.layer_of[f"act/{call}/in/{i}"] = label
         outputs = float_leaves(output)
         for i, t in enumerate(outputs):
-            cap.tensors[f"act/{call}/out/{i}"] = _cpu(t)
+            cap.tensors[f"act/{call}/out/{i}"] = cap.copy(t)
             cap.layer_of[f"act/{call}/out/{i}"] = label
         _keep_output_grads(cap, label, call, outputs)
         if edges:
@@ -227,7 +247,7 @@ def train_step(
                 loss = spec.loss_fn(output)
             phase = "backward"
             torch.autograd.backward(loss)
-            grads = {n: _cpu(p.grad) for n, p in model.named_parameters() if p.grad is not None}
+            grads = {n: cap.copy(p.grad) for n, p in model.named_parameters() if p.grad is not None}
             phase = "optimizer step"
             optimizer.step()
             synchronize()
@@ -251,13 +271,13 @@ def _failed(error: Exception, phase: str, active: list[str], recorded: Any) -> f
 
 def _keep(cap: Capture, model: nn.Module, output: Any, loss: torch.Tensor, grads: dict[str, torch.Tensor]) -> None:
     for i, t in enumerate(float_leaves(output)):
-        cap.tensors[f"output/{i}"] = _cpu(t)
-    cap.tensors["loss"] = _cpu(loss)
+        cap.tensors[f"output/{i}"] = cap.copy(t)
+    cap.tensors["loss"] = cap.copy(loss)
     for n, g in grads.items():
         cap.tensors[f"grad/{n}"] = g
         cap.layer_of[f"grad/{n}"] = n.rpartition(".")[0] or inv.ROOT
     for n, p in model.named_parameters():
-        cap.tensors[f"weight/{n}"] = _cpu(p)
+        cap.tensors[f"weight/{n}"] = cap.copy(p)
         cap.layer_of[f"weight/{n}"] = n.rpartition(".")[0] or inv.ROOT
 
 

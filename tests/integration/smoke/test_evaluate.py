@@ -52,7 +52,7 @@ def mlp_baseline(tmp_path_factory: pytest.TempPathFactory, forkserver: ForkServe
 
 def test_record_writes_a_portable_baseline(mlp_baseline: Path) -> None:
     index = json.loads((mlp_baseline / "index.json").read_text())
-    assert index["schema"] == "neuron-eval-baseline/1" and index["format"] == "safetensors"
+    assert index["schema"] == "neuron-eval-baseline/2" and index["format"] == "safetensors"
     tensors = index["tensors"]
     assert {"loss", "output/0", "grad/fc1.weight", "weight/head.bias", "act/fc2/out/0"} <= set(tensors)
     assert tensors["weight/fc2.weight"]["stored"] == "sketch"  # 64x64 = 4096 elements > --full-tensor-limit 500

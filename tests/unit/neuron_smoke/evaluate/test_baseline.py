@@ -95,8 +95,42 @@ def test_loading_refuses_an_unreadable_index_or_another_schema(tmp_path: Path) -
     with pytest.raises(UsageError, match=r"unreadable index\.json \(.+\); record the baseline again"):
         baseline.load(tmp_path)
     (tmp_path / "index.json").write_text(json.dumps({"schema": "neuron-eval-baseline/0"}), encoding="utf-8")
-    with pytest.raises(UsageError, match=re.escape(f"schema 'neuron-eval-baseline/0', expected '{BASELINE_SCHEMA}'")):
+    expected = "expected 'neuron-eval-baseline/1' or 'neuron-eval-baseline/2'"
+    with pytest.raises(UsageError, match=re.escape(f"schema 'neuron-eval-baseline/0', {expected}")):
         baseline.load(tmp_path)
+
+
+def test_a_value_kept_under_several_names_is_stored_once_and_read_back_under_each(tmp_path: Path) -> None:
+    values = _values()
+    values["act/fc/out/0"] = values["act/head/in/0"] = values["grad/fc.weight"]  # one tensor object, three names
+    values["act/big/out/0"] = values["weight/big"]  # a sketched one
+    baseline.save(tmp_path / "b", {}, values, limit=LIMIT)
+    loaded = baseline.load(tmp_path / "b")
+    assert loaded.names == list(values)
+    for alias in ("act/fc/out/0", "act/head/in/0"):
+        assert loaded.index["tensors"][alias]["same_as"] == "grad/fc.weight"
+        assert torch.equal(loaded.full(alias), values["grad/fc.weight"])
+    assert loaded.index["tensors"]["act/big/out/0"] == {
+        **loaded.index["tensors"]["weight/big"],
+        "same_as": "weight/big",
+    }
+    assert torch.equal(loaded.sketch("act/big/out/0"), tensors.sketch(values["weight/big"]))
+    import safetensors.torch as st
+
+    stored = st.load_file(str(tmp_path / "b" / "tensors.safetensors"))
+    assert sorted(stored) == sorted(["loss", "grad/fc.weight", "sketch:weight/big", "ids", "weight/fc.weight"])
+
+
+def test_a_schema_1_baseline_is_read_and_a_same_as_naming_nothing_is_refused(tmp_path: Path) -> None:
+    baseline.save(tmp_path / "b", {}, _values(), limit=LIMIT)
+    index_file = tmp_path / "b" / "index.json"
+    index = json.loads(index_file.read_text(encoding="utf-8"))
+    index_file.write_text(json.dumps(index | {"schema": "neuron-eval-baseline/1"}), encoding="utf-8")
+    assert torch.equal(baseline.load(tmp_path / "b").full("loss"), torch.tensor(0.75))  # /1: no same_as anywhere
+    index["tensors"]["loss"]["same_as"] = "grad/nothing"
+    index_file.write_text(json.dumps(index), encoding="utf-8")
+    with pytest.raises(UsageError, match=r"cannot read its tensors \(KeyError: 'grad/nothing'\); record it again"):
+        baseline.load(tmp_path / "b")
 
 
 def test_a_safetensors_baseline_without_safetensors_says_what_to_install(

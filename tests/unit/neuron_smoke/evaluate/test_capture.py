@@ -129,6 +129,24 @@ def test_each_call_keeps_the_gradient_reaching_its_outputs_and_its_own_part_of_i
     assert backward[0] == backward[1] and ("aten::threshold_backward.default", "relu", 1) in backward[0]
 
 
+def test_a_value_kept_twice_is_copied_once_and_one_changed_in_place_between_is_copied_again() -> None:
+    copies = capture.Copies()
+    t = torch.ones(3)
+    first = copies(t)
+    assert copies(t) is first and first is not t  # the same object, unchanged: the copy made already
+    t.add_(1)
+    again = copies(t)
+    assert again is not first and torch.equal(first, torch.ones(3)) and torch.equal(again, torch.full((3,), 2.0))
+    assert copies(torch.ones(3)) is not again  # another object with the same values: a copy of its own
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(4, 4), nn.ReLU(inplace=True), nn.Linear(4, 2))
+    cap = capture.train_step(ModelSpec(model, (torch.randn(3, 4),), {}, lambda out: out.sum(), "seq"), "cpu")
+    assert cap.tensors["act/1/out/0"] is cap.tensors["act/2/in/0"]  # passed on unchanged: one copy
+    kept = cap.tensors["act/0/out/0"]  # kept as layer 0 returned it, before the ReLU changed that tensor in place
+    assert kept is not cap.tensors["act/1/out/0"] and (kept < 0).any()
+    assert torch.equal(cap.tensors["act/1/out/0"], kept.clamp(min=0))
+
+
 class Twice(nn.Module):
     def __init__(self) -> None:
         super().__init__()
