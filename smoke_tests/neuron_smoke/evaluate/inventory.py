@@ -12,7 +12,6 @@ from __future__ import annotations
 from collections.abc import Iterator
 from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass, field
-from functools import cache
 from typing import Any
 
 import torch
@@ -48,6 +47,7 @@ class OpRecord:
         }
 
 
+_STRIDED = torch.strided
 _DTYPE = {torch.float32: "float32", torch.float64: "float64", torch.bfloat16: "bfloat16", torch.int64: "int64"}
 
 
@@ -62,14 +62,22 @@ def _tensors(args: Any, kwargs: Any) -> list[torch.Tensor]:
     return found
 
 
-@cache
+_NAMES: dict[int, tuple[Any, str]] = {}  # id(op) -> (op, its name); an op's own hash is a Python call
+
+
 def op_name(func: Any) -> str:
-    """aten::addmm.default (an op overload's name; asked for every op, so kept)."""
-    return f"{func._schema.name}.{func._overloadname}"
+    """aten::addmm.default (an op overload's name; asked for every op, so kept by the op's id, the op kept with it)."""
+    known = _NAMES.get(id(func))
+    if known is None or known[0] is not func:
+        known = _NAMES[id(func)] = (func, f"{func._schema.name}.{func._overloadname}")
+    return known[1]
+
+
+_peek = torch._C._functorch.peek_interpreter_stack
 
 
 def transform_active() -> bool:
-    return torch._C._functorch.peek_interpreter_stack() is not None
+    return _peek() is not None
 
 
 class _Recorder:
@@ -86,9 +94,10 @@ class _Recorder:
         if rec is None:
             rec = self.records[key] = OpRecord(*key)
         rec.calls += 1
+        dtypes = rec.dtypes
         for t in _tensors(args, kwargs):
-            rec.dtypes.add(_DTYPE.get(t.dtype) or str(t.dtype).removeprefix("torch."))
-            if t.layout != torch.strided:
+            dtypes.add(_DTYPE.get(t.dtype) or str(t.dtype).removeprefix("torch."))
+            if t.layout is not _STRIDED:
                 rec.layouts.add(str(t.layout).removeprefix("torch."))
             if t.is_nested:
                 rec.nested = True
@@ -111,7 +120,7 @@ class _TransformWatch(TorchFunctionMode):
         self.recorder = recorder
 
     def __torch_function__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
-        if transform_active():
+        if _peek() is not None:  # transform_active(), without a call: asked for every torch function
             self.recorder.note_transform(func)
         return func(*args, **(kwargs or {}))
 

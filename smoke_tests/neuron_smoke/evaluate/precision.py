@@ -51,9 +51,12 @@ def _bf16(x: Any) -> Any:
     return x
 
 
+_PLACES = {id(op): places for op, places in ROUNDED.items()}  # by id: an op's own hash is a Python call
+
+
 def rounded(func: Any, args: tuple[Any, ...]) -> tuple[Any, ...]:
     """The op's arguments with the inputs the matmul engine reads rounded to bfloat16 (float32 matmuls only)."""
-    places = ROUNDED.get(func)
+    places = _PLACES.get(id(func))
     if places is None:
         return args
     return tuple(_bf16(a) if i in places else a for i, a in enumerate(args))
