@@ -42,23 +42,39 @@ def _kind(name: str) -> str:
 def floors(reference: Capture) -> dict[str, float]:
     """NEGLIGIBLE times the largest |value| of each kind of tensor in the same-machine CPU run."""
     found: dict[str, float] = {}
+    tops: dict[int, float] = {}  # a value kept under several names, measured once
     for name, t in reference.tensors.items():
         if _kind(name) in FLOORED and tensors.comparable(t) and t.numel():
-            top = finite_absmax(t.detach())
+            top = tops[id(t)] = tops[id(t)] if id(t) in tops else finite_absmax(t.detach())
             found[_kind(name)] = max(found.get(_kind(name), 0.0), top)
     return {kind: NEGLIGIBLE * top for kind, top in found.items()}
 
 
-def _error(name: str, value: torch.Tensor, baseline: Baseline, floor: float) -> float | None:
-    full = baseline.full(name)
-    if full is not None:
-        return normwise_error(value, full, floor)
-    sk = baseline.sketch(name)
-    if sk is not None:
-        if list(value.shape) != baseline.index["tensors"][name]["shape"]:
-            return math.inf
-        return normwise_error(tensors.sketch(value), sk)
-    return None
+class _Errors:
+    """normwise_error of value/reference pairs, each pair once: a capture keeps a value under several names as one
+    tensor object (capture.Copies), and a baseline reads it back so (same_as), so their errors are the same too."""
+
+    def __init__(self, baseline: Baseline | None) -> None:
+        self.baseline = baseline
+        self.known: dict[tuple[int, int, float], float] = {}  # the tensors are alive in the captures and baseline
+
+    def __call__(self, value: torch.Tensor, reference: torch.Tensor, floor: float) -> float:
+        key = (id(value), id(reference), floor)
+        if key not in self.known:
+            self.known[key] = normwise_error(value, reference, floor)
+        return self.known[key]
+
+    def to_baseline(self, name: str, value: torch.Tensor, floor: float) -> float | None:
+        assert self.baseline is not None
+        full = self.baseline.full(name)
+        if full is not None:
+            return self(value, full, floor)
+        sk = self.baseline.sketch(name)
+        if sk is not None:
+            if list(value.shape) != self.baseline.index["tensors"][name]["shape"]:
+                return math.inf
+            return normwise_error(tensors.sketch(value), sk)
+        return None
 
 
 def per_tensor(device: Capture, cpu: Capture, baseline: Baseline | None, rtol: float) -> list[dict[str, Any]]:
@@ -68,6 +84,7 @@ def per_tensor(device: Capture, cpu: Capture, baseline: Baseline | None, rtol: f
     rows = []
     names = [n for n, t in device.tensors.items() if tensors.comparable(t)]
     floor_of = floors(cpu)
+    error = _Errors(baseline)
     for name in names:
         value = device.tensors[name]
         ref_cpu = cpu.tensors.get(name)
@@ -76,16 +93,16 @@ def per_tensor(device: Capture, cpu: Capture, baseline: Baseline | None, rtol: f
             "tensor": name,
             "layer": device.layer_of.get(name),
             "shape": list(value.shape),
-            "vs_cpu": None if ref_cpu is None else 0.0 if ref_cpu is value else normwise_error(value, ref_cpu, floor),
+            "vs_cpu": None if ref_cpu is None else 0.0 if ref_cpu is value else error(value, ref_cpu, floor),
             "vs_baseline": None,
             "cpu_vs_baseline": None,
         }
         if baseline is not None and name in baseline.index["tensors"]:
-            row["vs_baseline"] = _error(name, value, baseline, floor)
+            row["vs_baseline"] = error.to_baseline(name, value, floor)
             if ref_cpu is value:
                 row["cpu_vs_baseline"] = row["vs_baseline"]
             elif ref_cpu is not None:
-                row["cpu_vs_baseline"] = _error(name, ref_cpu, baseline, floor)
+                row["cpu_vs_baseline"] = error.to_baseline(name, ref_cpu, floor)
         row["ok"] = all(row[k] is None or row[k] <= rtol for k in ("vs_cpu", "vs_baseline"))
         row["source"] = _source(row, rtol)
         rows.append(row)

@@ -57,6 +57,27 @@ def test_each_tensor_is_compared_with_both_references_and_the_cause_is_named() -
     assert (env["ok"], env["source"]) == (False, "environment")
 
 
+def test_a_value_kept_under_several_names_is_measured_once_per_reference(monkeypatch: pytest.MonkeyPatch) -> None:
+    measured: list[tuple[int, int]] = []
+
+    def counting(value: torch.Tensor, reference: torch.Tensor, floor: float = 0.0) -> float:
+        measured.append((id(value), id(reference)))
+        return normwise_error(value, reference, floor)
+
+    monkeypatch.setattr(compare, "normwise_error", counting)
+    out, ref, base = _off(REF, 0.01), REF.clone(), REF.clone()
+    device = _cap("neuron", {"act/a/out/0": out, "act/b/in/0": out, "grad/w": _off(REF, 0.2)})
+    cpu = _cap("cpu", {"act/a/out/0": ref, "act/b/in/0": ref, "grad/w": REF})
+    rows = compare.per_tensor(device, cpu, _baseline({"act/a/out/0": base, "act/b/in/0": base, "grad/w": REF}), RTOL)
+    assert rows[0] | {"tensor": "act/b/in/0"} == rows[1] and rows[0]["vs_cpu"] == normwise_error(out, ref) > RTOL
+    # out vs CPU and baseline, CPU vs baseline; grad/w against REF (its CPU run and its baseline both), REF vs REF
+    assert len(measured) == len(set(measured)) == 5
+    other = _cap("cpu", {"act/a/out/0": ref, "act/b/in/0": ref.clone(), "grad/w": REF})  # equal, not the same object
+    measured.clear()
+    compare.per_tensor(device, other, None, RTOL)
+    assert len(measured) == 3
+
+
 def test_on_the_cpu_the_device_run_is_the_cpu_run_and_its_baseline_errors_are_the_cpus() -> None:
     device = _cap("cpu", {"same": REF, "env": _off(REF, 0.5)})
     base = _baseline({"same": REF, "env": REF})
