@@ -34,10 +34,17 @@ def start_pip_check() -> None:
 
 
 def installed_version(dist: str) -> str | None:
+    """The installed distribution's version (None: not installed), from its core metadata's `Version:` header:
+    metadata.version() parses the whole file, long description included (transformers': 30 kB, about 0.5 ms)."""
     try:
-        return metadata.version(dist)
+        found = metadata.distribution(dist)
     except metadata.PackageNotFoundError:
         return None
+    head = (found.read_text("METADATA") or found.read_text("PKG-INFO") or "").partition("\n\n")[0]
+    for line in head.splitlines():  # the header block: one field a line, Version once (core metadata spec)
+        if line.startswith("Version:"):
+            return line.removeprefix("Version:").strip()
+    return found.version
 
 
 def run(ctx: Context, log: StageLog) -> None:

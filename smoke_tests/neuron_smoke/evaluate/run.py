@@ -32,6 +32,7 @@ from neuron_smoke.evaluate.shapes import SWEEP_STEPS
 from neuron_smoke.evaluate.steps import resolve as resolve_steps
 from neuron_smoke.evaluate.tensors import DEFAULT_FULL_LIMIT
 from neuron_smoke.host import host_facts
+from neuron_smoke.stage_environment import installed_version
 from neuron_smoke.models import ModelSpec
 
 
@@ -55,14 +56,9 @@ class EvalOptions:
 
 
 def versions(backend: Backend) -> dict[str, str]:
-    from importlib.metadata import PackageNotFoundError, version
-
     found = {"python": sys.version.split()[0], "torch": torch.__version__}
     for dist in ("torch-neuronx", "neuronx-cc", "nki", "transformers", "safetensors"):
-        try:
-            found[dist] = version(dist)
-        except PackageNotFoundError:
-            found[dist] = "not installed"
+        found[dist] = installed_version(dist) or "not installed"
     if backend.name == "cuda" and torch.cuda.is_available():
         found["cuda"] = str(torch.version.cuda)
         found["gpu"] = torch.cuda.get_device_name(0)

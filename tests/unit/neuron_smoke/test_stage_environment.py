@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import platform
 import sys
+from importlib import metadata
 from typing import Any
 
 import pytest
@@ -39,6 +40,12 @@ def _python() -> str:
 def test_installed_version() -> None:
     assert TORCH is not None and TORCH.split("+")[0] == torch.__version__.split("+")[0]
     assert stage_environment.installed_version("no-such-distribution-anywhere") is None
+
+
+def test_installed_version_reads_what_importlib_parses_for_every_installed_distribution() -> None:
+    names = {d.metadata["Name"] for d in metadata.distributions()}
+    assert len(names) > 50 and {"torch", "transformers", "safetensors"} <= names
+    assert {n: stage_environment.installed_version(n) for n in names} == {n: metadata.version(n) for n in names}
 
 
 def test_without_a_cell_the_versions_are_recorded_only() -> None:
