@@ -27,8 +27,14 @@ def key(node: Any) -> NodeKey:
     return (node._sequence_nr(), node.name())
 
 
+_peek_sequence_nr = getattr(torch._C._autograd, "_get_sequence_nr", None)  # this thread's next number, untaken
+
+
 def next_sequence_nr() -> int:
-    """The sequence number the next autograd node will get (making a throwaway node takes one)."""
+    """The sequence number the next autograd node will get: autograd's own counter (asked at every module call),
+    else a throwaway node's number plus one (making it takes one)."""
+    if _peek_sequence_nr is not None:
+        return int(_peek_sequence_nr())
     with outside(), torch.enable_grad():
         probe = torch.zeros((), requires_grad=True).view(())
     assert probe.grad_fn is not None

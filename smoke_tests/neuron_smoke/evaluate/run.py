@@ -32,8 +32,8 @@ from neuron_smoke.evaluate.shapes import SWEEP_STEPS
 from neuron_smoke.evaluate.steps import resolve as resolve_steps
 from neuron_smoke.evaluate.tensors import DEFAULT_FULL_LIMIT
 from neuron_smoke.host import host_facts
-from neuron_smoke.stage_environment import installed_version
 from neuron_smoke.models import ModelSpec
+from neuron_smoke.stage_environment import installed_version
 
 
 @dataclass

@@ -100,3 +100,16 @@ def test_no_grad_forward_claims_nothing() -> None:
     with attribution.Nesting(model) as nesting, torch.no_grad():
         model(torch.randn(2, 4))
     assert nesting.owner == {} and nesting.stack == []
+
+
+@pytest.mark.parametrize("counter", [True, False], ids=["autograd-counter", "probe"])
+def test_next_sequence_nr_is_the_number_the_next_node_gets(counter: bool, monkeypatch: pytest.MonkeyPatch) -> None:
+    if not counter:
+        monkeypatch.setattr(attribution, "_peek_sequence_nr", None)
+    else:
+        assert attribution._peek_sequence_nr is not None  # this torch has the counter: the cheap path is in use
+    x = torch.ones(2, requires_grad=True)
+    for _ in range(3):
+        expected = attribution.next_sequence_nr()
+        y = x * 2
+        assert y.grad_fn is not None and y.grad_fn._sequence_nr() == expected
