@@ -57,6 +57,18 @@ def test_a_baseline_round_trips_whole_tensors_and_sketches_of_large_ones(tmp_pat
     assert index["tensors"]["weight/big"] == {**tensors.summary(big), "stored": "sketch"}
 
 
+@pytest.mark.parametrize("extra", [None, torch.bfloat16], ids=["numpy-writer", "torch-writer"])
+def test_the_tensor_file_is_the_one_safetensors_torch_writer_makes(tmp_path: Path, extra: torch.dtype | None) -> None:
+    import safetensors.torch as st
+
+    values = {n: t.contiguous() for n, t in _values().items()}
+    if extra is not None:  # numpy has no bfloat16: the torch writer
+        values["act/x/out/0"] = torch.ones(3, dtype=extra)
+    baseline._save_safetensors(values, tmp_path / "ours.safetensors")
+    st.save_file(values, str(tmp_path / "torch.safetensors"), metadata={"schema": BASELINE_SCHEMA})
+    assert (tmp_path / "ours.safetensors").read_bytes() == (tmp_path / "torch.safetensors").read_bytes()
+
+
 def test_recording_again_replaces_a_baseline_and_fills_an_empty_directory(tmp_path: Path) -> None:
     (tmp_path / "empty").mkdir()
     baseline.save(tmp_path / "empty", {}, {"loss": torch.tensor(1.0)}, limit=LIMIT)
@@ -76,7 +88,7 @@ def test_a_failed_write_leaves_the_old_baseline_and_no_temporary_directory(
     def broken(*_args: object, **_kwargs: object) -> None:
         raise OSError("disk full")
 
-    monkeypatch.setattr(baseline.st, "save_file", broken)
+    monkeypatch.setattr(baseline, "_save_safetensors", broken)
     with pytest.raises(OSError, match="disk full"):
         baseline.save(tmp_path / "b", {}, {"loss": torch.tensor(2.0)}, limit=LIMIT)
     assert float(baseline.load(tmp_path / "b").full("loss")) == 1.0
