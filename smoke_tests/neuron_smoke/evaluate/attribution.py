@@ -17,7 +17,7 @@ from typing import Any, Protocol
 import torch
 from torch import nn
 
-from neuron_smoke.evaluate.stepmode import outside
+from neuron_smoke.evaluate.stepmode import outside, unwatched
 
 ROOT = "(root)"
 NodeKey = tuple[int, str]  # (sequence number, node name): stable for a node's life, unlike the Python wrapper
@@ -99,24 +99,26 @@ class Nesting:
 
     def _enter(self, label: str) -> Callable[..., None]:
         def hook(_module: nn.Module, args: Any, kwargs: dict[str, Any]) -> None:
-            self.stack.append(label)
-            transformed = torch._C._functorch.peek_interpreter_stack() is not None
-            start = next_sequence_nr() if torch.is_grad_enabled() and not transformed else -1
-            self._starts.append(start)
-            if self.listener is not None:
-                self.listener.entered(label, (args, kwargs), start)
+            with unwatched():
+                self.stack.append(label)
+                transformed = torch._C._functorch.peek_interpreter_stack() is not None
+                start = next_sequence_nr() if torch.is_grad_enabled() and not transformed else -1
+                self._starts.append(start)
+                if self.listener is not None:
+                    self.listener.entered(label, (args, kwargs), start)
 
         return hook
 
     def _leave(self, _module: nn.Module, args: Any, kwargs: dict[str, Any], output: Any) -> None:
         if not self.stack:
             return
-        label, start = self.stack.pop(), self._starts.pop()
-        made = list(made_since(_grad_fns(output), start)) if start >= 0 else []
-        for node in made:  # an inner module's nodes stay its own, but the walk goes through them to reach nodes this
-            self.owner.setdefault(key(node), label)  # module made before calling it
-        if self.listener is not None:
-            self.listener.left(label, (args, kwargs), output, made)
+        with unwatched():
+            label, start = self.stack.pop(), self._starts.pop()
+            made = list(made_since(_grad_fns(output), start)) if start >= 0 else []
+            for node in made:  # an inner module's nodes stay its own, but the walk goes through them to reach nodes
+                self.owner.setdefault(key(node), label)  # this module made before calling it
+            if self.listener is not None:
+                self.listener.left(label, (args, kwargs), output, made)
 
     def where(self) -> tuple[str, str]:
         """(module, phase): the innermost module running forward, or the owner of the node running backward (ROOT

@@ -21,7 +21,7 @@ from torch.nn.parameter import is_lazy
 
 from neuron_smoke.evaluate import attribution, failure, precision, randomness
 from neuron_smoke.evaluate import inventory as inv
-from neuron_smoke.evaluate.stepmode import StepMode, outside
+from neuron_smoke.evaluate.stepmode import StepMode, outside, unwatched
 from neuron_smoke.models import ModelSpec
 
 LR = 0.1  # as stage 4: SGD keeps the update linear in the gradient
@@ -104,10 +104,11 @@ def _adder(cap: Capture, layer: str, name: str) -> Callable[[torch.Tensor], None
     each of its nodes that read the input); the copy and the sum are ours, kept out of the op inventory."""
 
     def add(grad: torch.Tensor) -> None:
-        copy, kept = cap.copy(grad), cap.tensors.get(name)
-        if kept is not None:
-            with outside(kept, copy):
-                copy = kept + copy
+        with unwatched():
+            copy, kept = cap.copy(grad), cap.tensors.get(name)
+            if kept is not None:
+                with outside(kept, copy):
+                    copy = kept + copy
         cap.tensors[name] = copy
         cap.layer_of[name] = layer
 
@@ -247,7 +248,8 @@ def train_step(
                 loss = spec.loss_fn(output)
             phase = "backward"
             torch.autograd.backward(loss)
-            grads = {n: cap.copy(p.grad) for n, p in model.named_parameters() if p.grad is not None}
+            with unwatched():
+                grads = {n: cap.copy(p.grad) for n, p in model.named_parameters() if p.grad is not None}
             phase = "optimizer step"
             optimizer.step()
             synchronize()

@@ -74,3 +74,10 @@ def outside(*tensors: torch.Tensor) -> AbstractContextManager[Any]:
     if all(type(t) in _PLAIN for t in tensors):
         return torch._C._ExcludeDispatchKeyGuard(_PYTHON_KEY)
     return _disable_current_modes()
+
+
+def unwatched() -> AbstractContextManager[Any]:
+    """A block of our own bookkeeping (a hook reading its tensors' dtype, grad_fn or version, copying, registering)
+    whose torch functions no torch-function mode or subclass sees: the op inventory's watch (inventory.py) would
+    take each one, about 3 us apiece and some 600 in a captured GPT-2 step, and none of them is the model's."""
+    return torch._C.DisableTorchFunction()

@@ -7,8 +7,9 @@ from typing import Any
 import pytest
 import torch
 from torch import nn
+from torch.overrides import TorchFunctionMode
 
-from neuron_smoke.evaluate import capture, inventory
+from neuron_smoke.evaluate import attribution, capture, inventory
 from neuron_smoke.examples import mlp
 from neuron_smoke.models import ModelSpec
 
@@ -145,6 +146,37 @@ def test_a_value_kept_twice_is_copied_once_and_one_changed_in_place_between_is_c
     kept = cap.tensors["act/0/out/0"]  # kept as layer 0 returned it, before the ReLU changed that tensor in place
     assert kept is not cap.tensors["act/1/out/0"] and (kept < 0).any()
     assert torch.equal(cap.tensors["act/1/out/0"], kept.clamp(min=0))
+
+
+class Counting(TorchFunctionMode):
+    def __init__(self) -> None:
+        super().__init__()
+        self.calls: list[str] = []
+
+    def __torch_function__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
+        self.calls.append(getattr(func, "__name__", str(func)))
+        return func(*args, **(kwargs or {}))
+
+
+def test_the_captures_hooks_call_no_torch_function_a_mode_sees() -> None:
+    """The op inventory's watch is such a mode: it sees the model's torch functions, none of the capture's own."""
+    torch.manual_seed(0)
+    model, x = Residual(), torch.randn(3, 4)
+
+    def step() -> list[str]:
+        with Counting() as seen:
+            model(x).pow(2).sum().backward()
+        return seen.calls
+
+    bare = step()
+    cap = capture.Capture(device="cpu")
+    nesting = attribution.Nesting(model, capture._Keeper(cap))
+    try:
+        captured = step()
+    finally:
+        nesting.remove()
+    assert captured == bare and len(bare) > 5
+    assert {"act/pre/out/0", "actgrad/fc/in/0"} <= set(cap.tensors)  # the hooks did their work
 
 
 class Twice(nn.Module):
