@@ -8,7 +8,8 @@ evaluation runs as many steps, the first warm-up step being the instrumented one
 run) and the comparison. Both then write their reports (JSON, Markdown, HTML, plots): a fixed cost that does not
 grow with the model (importing matplotlib and drawing), so the ratio against the goal leaves it out and it is
 printed on its own, with the total. On a loaded machine the bare runs and the evaluations drift apart, so the ratio
-is also printed against the evaluation's own bare timed steps (scaled to the same step count). Everything runs in
+is also printed against the evaluation's own bare timed steps (scaled to the same step count), and each run against
+the bare run just before it (paired). Everything runs in
 this process after one untimed warm-up step, so interpreter start-up and `import torch` count for neither side; each
 number is the median of --repeat runs (9: a run is about 0.1 s, and on a shared VM three runs move the ratio by
 0.3x), with the spread of the runs' own ratios (p25-p75). Prints numbers; it is not a pass/fail test.
@@ -88,6 +89,10 @@ def main() -> int:
             f"out); writing the reports {report:.3f} s; in all {total:.3f} s = {total / bare_s:.2f}x"
         )
         print("    phases (s): " + ", ".join(f"{k} {v:.3f}" for k, v in phases.items()))
+        # Each run against the bare steps run just before it: the machine's drift between runs moves both alike.
+        pairs = sorted(sum(r[1].values()) / b for r, b in zip(results, bare, strict=True))
+        print(f"    paired with the bare run before each: median {statistics.median(pairs):.2f}x (p25-p75 "
+              f"{pairs[len(pairs) // 4]:.2f}-{pairs[(3 * len(pairs)) // 4]:.2f}x)")  # fmt: skip
         # The run's own bare steps (one fewer: the instrumented step is its first warm-up step), scaled to `steps`:
         # a reference taken in the same run, so load that drifts between runs moves both sides.
         own_steps = steps - 1 if args.warmup > 0 else steps
