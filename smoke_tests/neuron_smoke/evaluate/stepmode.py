@@ -79,5 +79,5 @@ def outside(*tensors: torch.Tensor) -> AbstractContextManager[Any]:
 def unwatched() -> AbstractContextManager[Any]:
     """A block of our own bookkeeping (a hook reading its tensors' dtype, grad_fn or version, copying, registering)
     whose torch functions no torch-function mode or subclass sees: the op inventory's watch (inventory.py) would
-    take each one, about 3 us apiece and some 600 in a captured GPT-2 step, and none of them is the model's."""
+    take each one, about 3 us apiece and some 590 in a captured GPT-2 step, and none of them is the model's."""
     return torch._C.DisableTorchFunction()
