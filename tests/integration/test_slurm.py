@@ -63,6 +63,20 @@ def cluster(folder: Path, settings: dict[str, str]) -> Iterator[slurm.Cluster]:
         yield running
 
 
+@pytest.fixture(autouse=True)
+def undrained(request: pytest.FixtureRequest) -> Iterator[None]:
+    """After each test, a node still drained (a test that failed before its own resume) is resumed, so the tests after
+    it keep their four nodes instead of each waiting out its job's timeout; every test resumes what it drains."""
+    yield
+    if WHY_NOT or "cluster" not in request.fixturenames:
+        return
+    cluster: slurm.Cluster = request.getfixturevalue("cluster")
+    left = [n for n in cluster.nodes if cluster.node(n).drained]
+    if left:
+        print(f"resuming {', '.join(left)}, left drained by {request.node.name}")
+        cluster.command("scontrol", "update", f"NodeName={','.join(left)}", "State=RESUME")
+
+
 @pytest.fixture
 def no_provider(folder: Path) -> Path:
     script = folder / "fi_info-no-provider"
