@@ -28,9 +28,12 @@ st: Any
 sn: Any
 try:
     st = importlib.import_module("safetensors.torch")
-    sn = importlib.import_module("safetensors.numpy")
 except ImportError:  # the optional `eval` extra is not installed
-    st = sn = None
+    st = None
+try:
+    sn = importlib.import_module("safetensors.numpy")
+except ImportError:  # safetensors without numpy: its torch writer only
+    sn = None
 
 
 @dataclass
@@ -93,11 +96,13 @@ def _save_safetensors(values: dict[str, torch.Tensor], file: Path) -> None:
     10 us a tensor finding each one's memory: 1.2 ms of GPT-2's 118), else its torch writer (bfloat16)."""
     metadata = {"schema": BASELINE_SCHEMA}
     try:
-        arrays = {name: t.numpy() for name, t in values.items()}
+        arrays = {name: t.numpy() for name, t in values.items()} if sn is not None else None
     except TypeError:  # a dtype numpy lacks
+        arrays = None
+    if arrays is None:
         st.save_file(values, str(file), metadata=metadata)
-        return
-    sn.save_file(arrays, str(file), metadata=metadata)
+    else:
+        sn.save_file(arrays, str(file), metadata=metadata)
 
 
 def _user_modes(folder: Path) -> None:
