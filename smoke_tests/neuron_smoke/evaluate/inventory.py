@@ -9,10 +9,10 @@ steady state.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 import torch
 from torch.overrides import TorchFunctionMode, resolve_name
@@ -47,6 +47,7 @@ class OpRecord:
         }
 
 
+T = TypeVar("T")
 _STRIDED = torch.strided
 _DTYPE = {torch.float32: "float32", torch.float64: "float64", torch.bfloat16: "bfloat16", torch.int64: "int64"}
 
@@ -62,15 +63,21 @@ def _tensors(args: Any, kwargs: Any) -> list[torch.Tensor]:
     return found
 
 
-_NAMES: dict[int, tuple[Any, str]] = {}  # id(op) -> (op, its name); an op's own hash is a Python call
+def per_op(compute: Callable[[Any], T]) -> Callable[[Any], T]:
+    """`compute(op)` kept per op, for what is asked of every dispatched op: by the op's id, the op kept beside its
+    value (an OpOverload's own hash is a Python call)."""
+    known: dict[int, tuple[Any, T]] = {}
+
+    def lookup(func: Any) -> T:
+        found = known.get(id(func))
+        if found is None or found[0] is not func:
+            found = known[id(func)] = (func, compute(func))
+        return found[1]
+
+    return lookup
 
 
-def op_name(func: Any) -> str:
-    """aten::addmm.default (an op overload's name; asked for every op, so kept by the op's id, the op kept with it)."""
-    known = _NAMES.get(id(func))
-    if known is None or known[0] is not func:
-        known = _NAMES[id(func)] = (func, f"{func._schema.name}.{func._overloadname}")
-    return known[1]
+op_name = per_op(lambda func: f"{func._schema.name}.{func._overloadname}")  # aten::addmm.default
 
 
 _peek = torch._C._functorch.peek_interpreter_stack

@@ -16,22 +16,19 @@ from typing import Any
 import torch
 from torch.utils import _pytree as pytree
 
-from neuron_smoke.evaluate.inventory import op_name
+from neuron_smoke.evaluate.inventory import op_name, per_op
 
 SEED = 0
 SEEDED = torch.Tag.nondeterministic_seeded
 
 
-_SEEDED_OPS: dict[int, tuple[Any, bool]] = {}  # id(op) -> (op, whether it is tagged SEEDED): asked for every op
+_seeded = per_op(lambda func: SEEDED in func.tags)
 
 
 def _draws(func: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> bool:
     """Whether the op draws random numbers here (dropout with p = 0 or train=False, or attention without dropout,
     is deterministic and stays on its device)."""
-    known = _SEEDED_OPS.get(id(func))
-    if known is None or known[0] is not func:
-        known = _SEEDED_OPS[id(func)] = (func, SEEDED in func.tags)
-    if not known[1]:
+    if not _seeded(func):
         return False
     schema = func._schema
     values = {a.name: (args[i] if i < len(args) else kwargs.get(a.name, a.default_value))
