@@ -128,6 +128,12 @@ class Session:
                 return {r: found.get(r) for r in self.members}
             time.sleep(POLL_S)
 
+    def connection(self, timeout_s: float) -> TCPStore:
+        """A connection of its own to node 0's store, for a user that blocks in it (gloo's constructor waits there
+        for its peers' keys): calls on one connection wait for each other, so on `store` it would hold up this
+        node's watch of the heartbeats."""
+        return _connect(self.spec, timeout_s)
+
     def close(self) -> None:
         """Say this node is done; node 0 keeps the store up until every member is done or silent (or the join
         timeout has passed again), so that no member loses the store while it still uses it."""
@@ -233,11 +239,15 @@ def _admitted(spec: ClusterSpec, store: TCPStore) -> tuple[int, ...]:
     return tuple(int(r) for r in json.loads(store.get("members")))
 
 
-def _start_heartbeat(me: Session) -> None:
+def _connect(spec: ClusterSpec, timeout_s: float) -> TCPStore:
     from torch._C._distributed_c10d import TCPStore
 
+    return TCPStore(spec.master_addr, spec.master_port, is_master=False, timeout=timedelta(seconds=timeout_s))
+
+
+def _start_heartbeat(me: Session) -> None:
     spec = me.spec
-    beat = TCPStore(spec.master_addr, spec.master_port, is_master=False, timeout=timedelta(seconds=5))
+    beat = _connect(spec, 5.0)
 
     def run() -> None:
         try:

@@ -4,9 +4,10 @@
 Round 1: node r contributes (r + 1) * ones; every node checks the sum. Round 2: all_gather of the same contributions,
 so that every node checks each peer's and a wrong one is named by its node (that node fails; the others note it,
 their wrong sum explained). A collective that fails while a peer's heartbeat has stopped (killed, hung) names that
-peer and leaves this node's stage skipped, not failed: the peer's own report holds the failure. No collective is
-waited on blindly: each is polled, and when a peer's heartbeat stops (a node stuck with its sockets still open, which
-gloo would wait its whole timeout for) the group is aborted at once.
+peer and leaves this node's stage skipped, not failed: the peer's own report holds the failure. Nothing is waited on
+blindly: the group is built in a thread of its own and each collective is polled, and when a peer's heartbeat stops
+(a node stuck with its sockets still open, or one gone while the others still connect to it, which gloo would wait
+its whole timeout for) the wait ends at once and the group, if built, is aborted.
 
 Bus bandwidth: nccl-tests' convention, size * 2 (n - 1) / n / time, the median of a few timed calls per size. No
 floor is documented for Trn2 or the CPU: the numbers are reported, not compared.
@@ -17,6 +18,7 @@ from __future__ import annotations
 import statistics
 import threading
 import time
+from collections.abc import Callable
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
@@ -49,7 +51,8 @@ def run(ctx: Context, log: StageLog) -> None:
     log.numbers.update(process_group=pg_name, members=list(session.members), local_addr=session.local_addr)
     phase = "process group"
     try:
-        watch = Watch(make_group(session, pg_name, wait_s(ctx)), session, wait_s(ctx))
+        watch = Watch(session, wait_s(ctx))
+        watch.build(lambda: make_group(session, pg_name, wait_s(ctx)))
         phase = "all_reduce"
         summed = _all_reduce(watch, contribution(spec.node_rank, device))
         phase = "all_gather"
@@ -81,7 +84,7 @@ def make_group(session: rendezvous.Session, pg_name: str, timeout_s: float) -> A
     import torch.distributed as dist
     from torch._C._distributed_c10d import PrefixStore
 
-    store = PrefixStore("allreduce/", session.store)
+    store = PrefixStore("allreduce/", session.connection(timeout_s))
     rank, size = session.group_rank, len(session.members)
     if pg_name == "gloo":
         gloo: Any = dist.ProcessGroupGloo  # its options' runtime names (_Options, _devices) are not in torch's stubs
@@ -93,8 +96,9 @@ def make_group(session: rendezvous.Session, pg_name: str, timeout_s: float) -> A
     return dist.group.WORLD
 
 
-# Groups aborted with a peer stuck: kept referenced until verify-device's os._exit, since destroying one waits for
-# the stuck peer's sockets to close (seen with gloo: the process would outlive its report by the peer's lifetime).
+# Groups aborted with a peer stuck (or the holder of one still being built): kept referenced until verify-device's
+# os._exit, since destroying one waits for the stuck peer's sockets to close (seen with gloo: the process would
+# outlive its report by the peer's lifetime).
 _abandoned: list[Any] = []
 
 
@@ -103,27 +107,55 @@ class PeerStopped(RuntimeError):
 
 
 class Watch:
-    """Waits for a collective's work while watching the other members' heartbeats: a stopped peer aborts the group
-    (gloo would otherwise wait out its timeout), and the deadline bounds the wait whatever happens."""
+    """Waits for the group's construction and each collective while watching the other members' heartbeats: a
+    stopped peer ends the wait (gloo would otherwise wait out its timeout), and the deadline bounds each wait whatever
+    happens."""
 
-    def __init__(self, group: Any, session: rendezvous.Session, timeout_s: float) -> None:
-        self.group, self.session, self.timeout_s = group, session, timeout_s
+    def __init__(self, session: rendezvous.Session, timeout_s: float) -> None:
+        self.session, self.timeout_s = session, timeout_s
+        self.group: Any = None
         self.others = tuple(r for r in session.members if r != session.rank)
+
+    def build(self, make: Callable[[], Any]) -> None:
+        """The group from `make`, called in a thread of its own: gloo's constructor connects to every member and
+        waits its whole timeout for one that is gone (seen: a node still connecting when a peer that had connected
+        died in the first collective). Given up on, the thread is left to gloo's timeout and os._exit."""
+        built: dict[str, Any] = {}
+        done = threading.Event()
+
+        def target() -> None:
+            try:
+                built["group"] = make()
+            except BaseException as error:  # (raised in the stage's thread below)
+                built["error"] = error
+            finally:
+                done.set()
+
+        threading.Thread(target=target, name="allreduce-group", daemon=True).start()
+        self._until(done.wait, abandoned=built)
+        if "error" in built:
+            raise built["error"]
+        self.group = built["group"]
 
     def wait(self, work: Any) -> None:
         """Return when `work` completes (Completion wakes the moment it does, so the bandwidth table's timed
         calls stay exact); between polls, a stopped peer or the deadline aborts the group."""
+        self._until(Completion(work).within, abandoned=self.group)
+
+    def _until(self, ready: Callable[[float], bool], abandoned: Any) -> None:
         deadline = time.monotonic() + self.timeout_s
-        completion = Completion(work)
-        while not completion.within(rendezvous.POLL_S):
+        while not ready(rendezvous.POLL_S):
             stopped = [r for r in self.others if self.session.stalled(r)]
             if stopped or time.monotonic() > deadline:
                 abort = getattr(self.group, "abort", None)
                 if abort is not None:
                     abort()
-                _abandoned.append(self.group)
+                _abandoned.append(abandoned)
                 why = f"node {', '.join(map(str, stopped))}'s heartbeat stopped" if stopped else "it timed out"
-                raise PeerStopped(f"collective aborted: {why} ({self.timeout_s:g}s allowed)")
+                raise PeerStopped(
+                    f"{'collective' if self.group else 'group construction'} aborted: {why} "
+                    f"({self.timeout_s:g}s allowed)"
+                )
 
 
 class Completion:

@@ -9,7 +9,10 @@ other share a run, each checked on its own node and stage, and no other node bla
 - run "lost": node 1 contributes a wrong value to the all_reduce (cluster_site's wrong_value), node 3 never starts;
 - run "killed": node 2 is SIGKILLed in the middle of the all_reduce (cluster_site's die_in_allreduce);
 - run "frozen": node 2 stops (SIGSTOP) in the all_reduce with its sockets open, which gloo alone would wait its
-  whole timeout for; the others give up within seconds, and the test kills node 2 once they are done.
+  whole timeout for; the others give up within seconds, and the test kills node 2 once they are done;
+- run "lost while connecting": node 1 is SIGKILLed as it builds its gloo group (cluster_site's die_in_group), which
+  the others' constructors would wait gloo's whole timeout for (seen in CI through Slurm: a node still connecting
+  when a peer that had connected died in the first all_reduce); they give up within seconds.
 
 The fabric provider is the test release's (`tcp`, constraints/test-matrix.toml), read from its rendered instance
 facts (NEURON_SMOKE_INSTANCE_FACTS), never from a flag. test_cluster_sim.py runs the same on the simulated device.
@@ -264,6 +267,21 @@ def test_a_frozen_node_is_given_up_on_within_seconds_not_the_collective_timeout(
         assert survivor["duration_s"] < 30, survivor["duration_s"]
     assert [node(run["table"], r)["verdict"] for r in range(4)] == ["PASS", "PASS", "FAIL", "PASS"]
     assert node(run["table"], 2)["stages"]["allreduce"] == "hung"
+
+
+def test_a_node_lost_while_the_group_is_built_is_given_up_on_within_seconds(tmp_path: Path, facts: Path) -> None:
+    run = run_cluster(tmp_path, facts, f"device,{CLUSTER_STAGES}", {1: {"inject": "die_in_group"}}, (), 60.0)
+    assert run["codes"][1] == -9 and [run["codes"][r] for r in (0, 2, 3)] == [0, 0, 0]
+    assert run["verdict"].returncode == 1 and not run["left_behind"]
+    for rank in (0, 2, 3):
+        survivor = stage(run["reports"][rank], "allreduce")
+        assert survivor["status"] == "skip", survivor
+        assert survivor["reason"].startswith("node 1 stopped answering during the process group"), survivor
+        assert "group construction aborted: node 1's heartbeat stopped" in survivor["reason"]
+        # gloo's constructor allows 60 s (the join timeout); a gone peer is seen in SILENT_S (2 s), then confirmed
+        assert survivor["duration_s"] < 30, survivor["duration_s"]
+    assert [node(run["table"], r)["verdict"] for r in range(4)] == ["PASS", "FAIL", "PASS", "PASS"]
+    assert node(run["table"], 1)["stages"]["allreduce"] == "hung"
 
 
 def test_nccom_runs_once_on_node0_and_every_node_holds_its_verdict(tmp_path: Path, facts: Path) -> None:

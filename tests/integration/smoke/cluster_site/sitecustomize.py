@@ -7,6 +7,7 @@ reads the variable; nothing is patched when it is unset (torch is not even impor
 | wrong_value      | adds 100 to what it sends in every gloo all_reduce and all_gather (its contribution)      |
 | die_in_allreduce | SIGKILLs itself at its first gloo all_reduce (a node lost in the middle of a collective) |
 | hang_in_allreduce | SIGSTOPs itself at its first gloo all_reduce: stuck, its sockets open (a frozen node)    |
+| die_in_group     | SIGKILLs itself as it builds its gloo process group, the others connecting to it         |
 | other_graph      | `F.gelu` computes the tanh approximation whatever it is asked (another lowering)          |
 """
 
@@ -16,7 +17,7 @@ import os
 import signal
 from typing import Any
 
-INJECTORS = ("wrong_value", "die_in_allreduce", "hang_in_allreduce", "other_graph")
+INJECTORS = ("wrong_value", "die_in_allreduce", "hang_in_allreduce", "die_in_group", "other_graph")
 
 
 def _install() -> None:
@@ -54,6 +55,13 @@ def _install() -> None:
             os.kill(os.getpid(), signal.SIGSTOP)
 
         gloo.allreduce = hang
+    if "die_in_group" in names:
+
+        class Dying(gloo):  # type: ignore[misc]
+            def __init__(self, *args: Any) -> None:
+                os.kill(os.getpid(), signal.SIGKILL)
+
+        dist.ProcessGroupGloo = Dying  # type: ignore[misc]
     if "other_graph" in names:
         gelu = torch.nn.functional.gelu
 
