@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import faulthandler
+import sys
 import threading
 import time
 import traceback
@@ -62,9 +63,18 @@ def run_stage(stage: Stage, ctx: Context) -> StageResult:
         ctx.shared["hung_stage"] = stage.name
         result.status, result.hung = FAIL, True
         result.failures = [*log.failures, f"{stage.name}: timed out after {timeout:g}s (a device call did not return)"]
+        result.error = stuck_at(worker)
         return result
     _apply_outcome(result, log, outcome)
     return result
+
+
+def stuck_at(worker: threading.Thread) -> str | None:
+    """Where a stage's thread is now, innermost call last (a traceback's order): what a hung stage was waiting in."""
+    frame = sys._current_frames().get(worker.ident or -1)
+    if frame is None:
+        return None
+    return f"stage thread {worker.name!r} still running, at:\n" + "".join(traceback.format_stack(frame))
 
 
 def _apply_outcome(result: StageResult, log: StageLog, outcome: dict[str, BaseException]) -> None:

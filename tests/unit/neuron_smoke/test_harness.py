@@ -94,17 +94,20 @@ def _ctx(**options: object) -> Context:
 def test_stage_times_out_and_later_stages_skip() -> None:
     release = threading.Event()
 
-    def hang(ctx: Context, log: StageLog) -> None:
+    def wait_for_the_device(ctx: Context, log: StageLog) -> None:
         release.wait(30)
 
     ctx = _ctx(timeout_s=0.5)
     start = time.monotonic()
-    result = run_stage(Stage("matmul", "t", hang), ctx)
+    result = run_stage(Stage("matmul", "t", wait_for_the_device), ctx)
     release.set()
     assert time.monotonic() - start < 5
     assert result.status == "fail" and result.failures == [
         "matmul: timed out after 0.5s (a device call did not return)"
     ]
+    assert result.error is not None and result.error.startswith("stage thread 'stage-matmul' still running, at:")
+    where = result.error  # outermost call first: the runner's thread, the stage, the wait it is stuck in
+    assert where.index(", in target") < where.index(", in wait_for_the_device") < where.index("release.wait(30)")
     ctx.results["matmul"] = result
     later = run_stage(Stage("throughput", "t", lambda c, log: None, ("matmul",)), ctx)
     assert later.status == "skip" and "timed out" in later.reason
