@@ -51,6 +51,29 @@ def test_normwise_is_relative_to_the_reference_and_absolute_against_zero() -> No
     assert normwise_error(torch.zeros(0), torch.zeros(0)) == 0.0
 
 
+def _normwise_at_float64(value: torch.Tensor, reference: torch.Tensor) -> float:
+    worst = float((value.double() - reference.double()).abs().max())
+    return worst / float(reference.double().abs().max())
+
+
+def test_normwise_on_float32_as_is_agrees_with_float64_within_float32_rounding() -> None:
+    """float32 pairs are subtracted without widening (the comparison's speed): the result is float64's to 2^-24."""
+    torch.manual_seed(0)
+    for scale in (1e-3, 1e-7, 1.0):  # near-equal (exact by Sterbenz) to far apart
+        ref = torch.randn(4096)
+        value = ref + scale * torch.randn(4096)
+        assert normwise_error(value, ref) == pytest.approx(_normwise_at_float64(value, ref), rel=2.0**-23)
+    big = torch.tensor([3e38, 1.0])  # float32's largest is 3.4e38: the difference overflows there, not at float64
+    assert normwise_error(-big, big) == 2.0
+
+
+def test_normwise_widens_bfloat16_and_mixed_pairs() -> None:
+    ref = torch.tensor([1.0, 2.0, 3.0], dtype=torch.bfloat16)
+    value = torch.tensor([1.0, 2.0, 3.015625], dtype=torch.bfloat16)
+    assert normwise_error(value, ref) == _normwise_at_float64(value, ref) == 0.015625 / 3.0
+    assert normwise_error(value.float(), ref) == 0.015625 / 3.0 and normwise_error(ref.double(), ref) == 0.0
+
+
 def test_normwise_counts_a_shape_change_and_non_finite_values_as_infinite() -> None:
     ref = torch.tensor([1.0, 2.0])
     assert normwise_error(torch.tensor([1.0, 2.0, 3.0]), ref) == float("inf")
