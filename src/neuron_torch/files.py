@@ -81,12 +81,21 @@ def check_can_create_in(folder: Path, option: str, target: Path) -> None:
     _output(lambda: outputs.can_create_in(folder, option, target))
 
 
+STAGED_SUFFIX = ".tmp"
+
+
+def is_staged(path: Path) -> bool:
+    """A sibling replace_text is writing now, perhaps another process's: not yet a file of its folder, and not one to
+    remove as left over (seen in CI: a test worker rendering the test release removed another's as an orphan)."""
+    return path.name.startswith(".") and path.name.endswith(STAGED_SUFFIX)
+
+
 def replace_text(path: Path, text: str) -> None:
     """Write `path` whole or not at all: a staged sibling replaces it, and is gone whatever happens. The sibling is
     this process's own, so that processes writing the same file at once (test workers rendering the test release)
     never take each other's."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    staged = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    staged = path.with_name(f".{path.name}.{os.getpid()}{STAGED_SUFFIX}")
     try:
         staged.write_text(text, encoding="utf-8")
         staged.replace(path)

@@ -13,7 +13,7 @@ from pathlib import Path
 
 from neuron_torch.cellinfo import caveats, cell_record
 from neuron_torch.errors import NeuronTorchError
-from neuron_torch.files import check_output_file, replace_text
+from neuron_torch.files import check_output_file, is_staged, replace_text
 from neuron_torch.generated import banner, header, is_release_matrix
 from neuron_torch.matrix import Matrix
 from neuron_torch.render_ansible import ansible_vars
@@ -122,9 +122,15 @@ def stale_files(matrix: Matrix) -> list[Path]:
     """Generated files whose content differs from a fresh rendering (or that are missing)."""
     files = rendered(matrix)
     stale = [path for path, content in files.items() if not path.is_file() or path.read_text("utf-8") != content]
-    if matrix.generated_dir.is_dir():
-        stale += [p for p in sorted(matrix.generated_dir.iterdir()) if p.is_file() and p not in files]
+    stale += [p for p in _present(matrix) if p not in files]
     return stale
+
+
+def _present(matrix: Matrix) -> list[Path]:
+    """The files in the generated folder, less those another render is writing now (files.is_staged)."""
+    if not matrix.generated_dir.is_dir():
+        return []
+    return [p for p in sorted(matrix.generated_dir.iterdir()) if p.is_file() and not is_staged(p)]
 
 
 def check_render_targets(matrix: Matrix) -> None:
@@ -139,10 +145,9 @@ def write_rendered(matrix: Matrix) -> list[Path]:
     """Write every generated file and remove generated files no cell needs any more; return what changed."""
     files = rendered(matrix)
     changed = []
-    if matrix.generated_dir.is_dir():
-        for orphan in [p for p in sorted(matrix.generated_dir.iterdir()) if p.is_file() and p not in files]:
-            orphan.unlink()
-            changed.append(orphan)
+    for orphan in [p for p in _present(matrix) if p not in files]:
+        orphan.unlink()
+        changed.append(orphan)
     for path, content in files.items():
         if path.is_file() and path.read_text(encoding="utf-8") == content:
             continue

@@ -5,15 +5,17 @@ release."""
 from __future__ import annotations
 
 import json
+import os
 import re
 import shutil
 from pathlib import Path
 
 import pytest
 
-from neuron_torch import render
+from neuron_torch import files, render
 from neuron_torch.cellinfo import caveats
 from neuron_torch.errors import NeuronTorchError
+from neuron_torch.files import replace_text
 from neuron_torch.generated import banner
 from neuron_torch.matrix import Matrix, load_matrix
 from tests import REPO_ROOT
@@ -91,6 +93,19 @@ def test_render_finds_and_rewrites_stale_and_orphaned_files(release_copy: Path) 
     assert edited.read_text() == original and missing.is_file() and not orphan.exists()
     assert readme.read_text() == (REPO_ROOT / "README.md").read_text()
     assert render.stale_files(release) == [] and not list(release.generated_dir.glob(".*.tmp"))
+
+
+def test_render_leaves_a_file_another_render_is_writing(release_copy: Path) -> None:
+    """Two processes render the same release at once (test workers): one's staged sibling is not the other's orphan
+    (seen in CI: removed between its write and its rename, the first render failed with FileNotFoundError)."""
+    release = load_matrix(release_copy / "constraints" / "matrix.toml")
+    render.write_rendered(release)
+    target = next(p for p in sorted(release.generated_dir.iterdir()) if p.suffix == ".txt")
+    staged = target.with_name(f".{target.name}.99999{files.STAGED_SUFFIX}")
+    staged.write_text("being written by another render\n")
+    assert render.stale_files(release) == [] and render.write_rendered(release) == [] and staged.is_file()
+    replace_text(target, target.read_text())  # this process's own staging, by the same name scheme
+    assert files.is_staged(staged) and not list(release.generated_dir.glob(f".{target.name}.{os.getpid()}*"))
 
 
 def test_readme_sections_need_the_readme(release_copy: Path) -> None:
