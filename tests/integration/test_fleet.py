@@ -249,7 +249,7 @@ def test_fleet_verdict_names_every_host_once_with_its_true_verdict(fleet_of_four
     assert {h: r["verdict"] for h, r in rows.items()} == {
         CONVERGED: "pass", "good2": "pass", "bad": "fail", "down": "unreachable",
     }, output[-6000:]  # fmt: skip
-    assert rows["bad"]["stage"] == "environment" and "torch" in rows["bad"]["message"], rows["bad"]
+    assert rows["bad"]["stage"] == "environment" and "torch" in rows["bad"]["message"], (rows["bad"], output[-6000:])
     assert rows["down"]["stage"] == "connect" and rows["down"]["message"], rows["down"]
     assert data["passed"] == 2 and data["total"] == 4
     text = (tmp_path / "summary-all.txt").read_text()
