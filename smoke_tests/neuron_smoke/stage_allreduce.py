@@ -153,7 +153,7 @@ class Watch:
                 _abandoned.append(abandoned)
                 why = f"node {', '.join(map(str, stopped))}'s heartbeat stopped" if stopped else "it timed out"
                 raise PeerStopped(
-                    f"{'collective' if self.group else 'group construction'} aborted: {why} "
+                    f"{'group construction' if self.group is None else 'collective'} aborted: {why} "
                     f"({self.timeout_s:g}s allowed)"
                 )
 
