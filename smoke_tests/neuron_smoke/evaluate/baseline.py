@@ -14,6 +14,7 @@ import importlib
 import json
 import os
 import shutil
+import sys
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
@@ -25,15 +26,12 @@ from neuron_smoke.errors import UsageError
 from neuron_smoke.evaluate import BASELINE_READS, BASELINE_SCHEMA, tensors
 
 st: Any
-sn: Any
+safetensors: Any
 try:
     st = importlib.import_module("safetensors.torch")
+    safetensors = importlib.import_module("safetensors")
 except ImportError:  # the optional `eval` extra is not installed
-    st = None
-try:
-    sn = importlib.import_module("safetensors.numpy")
-except ImportError:  # safetensors without numpy: its torch writer only
-    sn = None
+    st = safetensors = None
 
 
 @dataclass
@@ -92,17 +90,21 @@ def save(path: Path, index: dict[str, Any], captured: dict[str, torch.Tensor], l
 
 
 def _save_safetensors(values: dict[str, torch.Tensor], file: Path) -> None:
-    """The same file either way: safetensors' numpy writer when numpy has every dtype (its torch writer spends some
-    10 us a tensor finding each one's memory: 1.2 ms of GPT-2's 118), else its torch writer (bfloat16)."""
+    """The file safetensors' torch writer makes, written from each tensor's own memory (safetensors' TensorSpec): its
+    torch writer spends some 10 us a tensor finding that memory through numpy (1.2 ms of GPT-2's 118 values), and its
+    numpy writer has no bfloat16."""
     metadata = {"schema": BASELINE_SCHEMA}
-    try:
-        arrays = {name: t.numpy() for name, t in values.items()} if sn is not None else None
-    except TypeError:  # a dtype numpy lacks
-        arrays = None
-    if arrays is None:
+    if sys.byteorder != "little":  # the file is little-endian: the torch writer swaps the bytes
         st.save_file(values, str(file), metadata=metadata)
-    else:
-        sn.save_file(arrays, str(file), metadata=metadata)
+        return
+    kept = {n: t if t.device.type == "cpu" and t.is_contiguous() else t.cpu().contiguous() for n, t in values.items()}
+    specs = {
+        name: safetensors.TensorSpec(
+            dtype=str(t.dtype).removeprefix("torch."), shape=t.shape, data_ptr=t.data_ptr(), data_len=t.nbytes
+        )
+        for name, t in kept.items()
+    }
+    safetensors.serialize_file(specs, str(file), metadata=metadata)  # `kept` holds the memory until here
 
 
 def _user_modes(folder: Path) -> None:
@@ -158,6 +160,8 @@ def load(path: Path) -> Baseline:
 
 def _values(path: Path, stored: object) -> dict[str, torch.Tensor]:
     if stored == "safetensors":
-        values: dict[str, torch.Tensor] = st.load_file(str(path / "tensors.safetensors"))
+        # Read whole, then parsed: load_file's per-tensor reads from its memory map take 2-3x as long (GPT-2's 2.8 MB:
+        # 1.6-2.7 against 0.8 ms); a baseline's size is bounded by its full-tensor limit.
+        values: dict[str, torch.Tensor] = st.load((path / "tensors.safetensors").read_bytes())
         return values
     return dict(torch.load(path / "tensors.pt", weights_only=True))
