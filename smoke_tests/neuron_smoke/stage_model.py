@@ -14,7 +14,6 @@ computed allows (numerics.model_bias_allowed).
 from __future__ import annotations
 
 import contextlib
-import copy
 import time
 from dataclasses import dataclass
 from typing import Any
@@ -24,6 +23,7 @@ from torch import nn
 from torch.utils import _pytree as pytree
 
 from neuron_smoke.context import Context, StageLog
+from neuron_smoke.modelcopy import deep_copy
 from neuron_smoke.models import ModelSpec
 from neuron_smoke.numerics import (
     C_COND,
@@ -105,7 +105,7 @@ def sgd_step(model: nn.Module) -> None:
 def train_step(spec: ModelSpec, device: str, ctx: Context | None = None, mode: Mode = Mode("eager")) -> dict[str, Any]:
     """One SGD step; everything it returns is on the CPU. SGD keeps the update linear in the gradient, unlike Adam,
     whose first step amplifies rounding differences in near-zero gradients into full-size updates."""
-    model = copy.deepcopy(spec.model).to(device)
+    model = deep_copy(spec.model).to(device)
     disable_dropout(model)
     args, kwargs = spec.inputs_on(device)
     fn = torch.compile(model, backend=mode.compile_backend, dynamic=False) if mode.compile_backend else model
@@ -202,7 +202,7 @@ def exact_run(spec: ModelSpec) -> dict[str, Any] | None:
     def up(t: Any) -> Any:
         return t.double() if isinstance(t, torch.Tensor) and t.is_floating_point() else t
 
-    model = copy.deepcopy(spec.model).double()
+    model = deep_copy(spec.model).double()
     args, kwargs = pytree.tree_map(up, spec.args), pytree.tree_map(up, spec.kwargs)
     try:
         return train_step(ModelSpec(model, args, kwargs, spec.loss_fn, spec.name), "cpu")
@@ -234,7 +234,7 @@ def run(ctx: Context, log: StageLog) -> None:
     spec: ModelSpec = ctx.shared["model_spec"]
     reference = train_step(spec, "cpu")
     exact = exact_run(spec)
-    dropouts = disable_dropout(copy.deepcopy(spec.model))
+    dropouts = disable_dropout(deep_copy(spec.model))
     log.note(f"both sides: dropout disabled ({dropouts} module(s) had dropout), torch.manual_seed({SEED}), SGD lr {LR}")
     if exact is None:
         log.note("the model does not run in float64 on the CPU: no bias test, and a bfloat16 model's bound is that of "

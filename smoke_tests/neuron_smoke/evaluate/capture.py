@@ -6,7 +6,6 @@ each named module's floating-point inputs and outputs, so errors can be placed i
 
 from __future__ import annotations
 
-import copy
 import statistics
 import time
 import weakref
@@ -22,6 +21,7 @@ from torch.nn.parameter import is_lazy
 from neuron_smoke.evaluate import attribution, failure, precision, randomness
 from neuron_smoke.evaluate import inventory as inv
 from neuron_smoke.evaluate.stepmode import StepMode, outside, unwatched
+from neuron_smoke.modelcopy import deep_copy
 from neuron_smoke.models import ModelSpec
 
 LR = 0.1  # as stage 4: SGD keeps the update linear in the gradient
@@ -38,7 +38,7 @@ def move(model: nn.Module, device: str) -> Moved:
     groups: dict[int, list[str]] = {}
     for name, p in model.named_parameters(remove_duplicate=False):
         groups.setdefault(id(p), []).append(name)
-    moved = copy.deepcopy(model).to(device)
+    moved = deep_copy(model).to(device)
     notes = []
     for names in (g for g in groups.values() if len(g) > 1):
         first = moved.get_parameter(names[0])
