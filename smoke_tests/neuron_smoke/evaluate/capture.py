@@ -251,7 +251,8 @@ def train_step(
             with unwatched():
                 grads = {n: cap.copy(p.grad) for n, p in model.named_parameters() if p.grad is not None}
             phase = "optimizer step"
-            optimizer.step()
+            with recorded.unwatched() if isinstance(recorded, inv.Inventory) else nullcontext():
+                optimizer.step()
             synchronize()
         except Exception as exc:
             raise _failed(exc, phase, nesting.stack, recorded) from exc

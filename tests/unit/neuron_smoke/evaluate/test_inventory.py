@@ -87,6 +87,21 @@ def test_layouts_nesting_float64_and_transforms_are_noted() -> None:
     assert any("cos" in r.op for r in transformed)
 
 
+def test_an_unwatched_part_is_recorded_and_the_watch_comes_back_after_it() -> None:
+    model = nn.Linear(3, 3)
+    x = torch.ones(2, 3)
+    with inventory.recording(model) as inv:
+        with inv.unwatched():
+            torch.vmap(torch.sin)(x)  # its ops are recorded; its torch functions skip the watch
+            torch.cos(x)
+        torch.vmap(torch.tan)(x)  # watched again
+    ops = {inventory.normalize(r.op) for r in inv.records if not r.under_transform}
+    assert {"sin", "cos"} <= ops
+    transformed = {r.op for r in inv.records if r.under_transform}
+    assert any("tan" in op for op in transformed) and not any("sin" in op for op in transformed)
+    assert inv.watch is None  # the block is over: nothing left to pause
+
+
 def test_op_names_and_their_normal_form() -> None:
     assert inventory.op_name(torch.ops.aten.add.Tensor) == "aten::add.Tensor"
     assert inventory.op_name(torch.ops.aten.addmm.default) == "aten::addmm.default"
