@@ -146,11 +146,11 @@ class Inventory:
         if watch is None:
             yield
             return
-        watch.__exit__(None, None, None)
+        watch.__exit__(None, None, None)  # type: ignore[no-untyped-call]  # untyped in torch
         try:
             yield
         finally:
-            watch.__enter__()
+            watch.__enter__()  # type: ignore[no-untyped-call]
 
     def to_list(self) -> list[dict[str, Any]]:
         return [r.to_dict() for r in sorted(self.records, key=lambda r: (r.phase != "forward", r.module, r.op))]
