@@ -195,12 +195,13 @@ def grad_origins(rows: list[dict[str, Any]], order: list[str], ref: str, rtol: f
     before it (and a layer's own gradient, where the fault scales its output), so it is not named again here."""
     acts, grads = _by_call(rows, ref, "act"), _by_call(rows, ref, "actgrad")
     forward, params = _worst_per_layer(rows, ref, "act/"), _worst_per_layer(rows, ref, "grad/")
+    forward_inside, params_inside = _worst_inside(forward), _worst_inside(params)
     none = {"in": 0.0, "out": 0.0}
     errors = {}
     for call in order:
         layer, act, grad = call.split("#")[0], acts.get(call, none), grads.get(call, none)
-        reads = max(grad["out"], act["in"], act["out"], _within(forward, layer, own=False))
-        errors[call] = (reads, max(grad["in"], _within(params, layer, own=True)))
+        reads = max(grad["out"], act["in"], act["out"], forward_inside.get(layer, 0.0))
+        errors[call] = (reads, max(grad["in"], params_inside.get(layer, 0.0), params.get(layer, 0.0)))
     return _starts(errors, order[::-1], rtol)
 
 
@@ -212,6 +213,14 @@ def _worst_per_layer(rows: list[dict[str, Any]], ref: str, prefix: str) -> dict[
     return worst
 
 
-def _within(worst: dict[str, float], layer: str, own: bool) -> float:
-    """The worst of the modules inside `layer`, and of `layer` itself when `own`."""
-    return max((e for m, e in worst.items() if _inside(m, layer) or (own and m == layer)), default=0.0)
+def _worst_inside(worst: dict[str, float]) -> dict[str, float]:
+    """The worst of the modules nested in each module (_inside: its dotted descendants; every module is in the root),
+    each module's error handed up to its ancestors once instead of every pair of modules compared."""
+    inside: dict[str, float] = {}
+    for name, error in worst.items():
+        if name == ROOT:
+            continue
+        parts = name.split(".")
+        for parent in (*(".".join(parts[:i]) for i in range(1, len(parts))), ROOT):
+            inside[parent] = max(inside.get(parent, 0.0), error)
+    return inside

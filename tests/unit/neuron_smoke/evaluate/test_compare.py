@@ -228,3 +228,12 @@ def test_an_error_of_the_root_s_own_code_is_named_at_the_root_only_when_no_modul
     assert [o["layer"] for o in compare.origins(outputs, order, "cpu", RTOL)] == ["(root)"]
     inner = [_row("act/lin/in/0", "lin", 0.0), _row("act/lin/out/0", "lin", 0.2)]
     assert [o["layer"] for o in compare.origins(outputs + inner, order, "cpu", RTOL)] == ["lin"]
+
+
+def test_the_worst_inside_a_module_is_the_worst_of_the_modules_nested_in_it() -> None:
+    worst = {"h": 0.1, "h.1": 0.2, "h.1.attn": 0.7, "h.10": 0.3, "h2": 0.9, "lm_head": 0.4, compare.ROOT: 5.0}
+    inside = compare._worst_inside(worst)
+    for layer in [*worst, "h.1.mlp", "missing"]:  # by the definition, each pair of modules compared
+        expected = max((e for m, e in worst.items() if compare._inside(m, layer)), default=0.0)
+        assert inside.get(layer, 0.0) == expected, layer
+    assert inside["h"] == 0.7 and inside["h.1"] == 0.7 and inside[compare.ROOT] == 0.9  # h2 is not inside h
