@@ -122,13 +122,15 @@ def _keep_output_grads(cap: Capture, layer: str, call: str, outputs: list[torch.
             t.register_hook(_adder(cap, layer, f"actgrad/{call}/out/{i}"))  # type: ignore[no-untyped-call]
 
 
-def _input_edges(inputs: list[torch.Tensor]) -> dict[tuple[attribution.NodeKey, int], list[int]]:
+def _input_edges(inputs: list[torch.Tensor]) -> dict[tuple[Any, int], list[int]]:
     """Where each input's gradient goes, taken as the call starts (an in-place op in the call moves the tensor's
-    grad_fn on): its autograd node and output number -> the input's place among the call's floating inputs."""
-    edges: dict[tuple[attribution.NodeKey, int], list[int]] = {}
+    grad_fn on): its autograd node and output number -> the input's place among the call's floating inputs. The node
+    is kept as its Python object: autograd hands out the same object for a node while one is alive (this dict keeps
+    it), so the call's edges are matched by identity, not by a key made of two calls for every edge."""
+    edges: dict[tuple[Any, int], list[int]] = {}
     for i, t in enumerate(inputs):
         if t.grad_fn is not None:
-            edges.setdefault((attribution.key(t.grad_fn), t.output_nr), []).append(i)
+            edges.setdefault((t.grad_fn, t.output_nr), []).append(i)
     return edges
 
 
@@ -137,8 +139,8 @@ def _keep_input_grads(cap: Capture, layer: str, call: str, made: list[Any], edge
     modules read too gets the sum of all their parts), taken from the edges of the call's own nodes (`made`) into the
     input; no node is added to the graph, so the model's backward runs as it would. Inputs that are leaves get none."""
     for node in made:
-        for slot, (target, nr) in enumerate(node.next_functions):
-            for i in edges.get((attribution.key(target), nr), []) if target is not None else []:
+        for slot, edge in enumerate(node.next_functions):
+            for i in edges.get(edge, ()):
                 node.register_hook(_at_slot(_adder(cap, layer, f"actgrad/{call}/in/{i}"), slot))
 
 
