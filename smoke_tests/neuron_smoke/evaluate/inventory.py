@@ -96,14 +96,16 @@ class _Recorder:
         self.failed: Key | None = None  # (op, module, phase) of an op that raised
 
     def note(self, func: Any, args: Any, kwargs: dict[str, Any]) -> Key:
-        key = (op_name(func), *self.nesting.where())
+        module, phase = self.nesting.where()
+        key = (op_name(func), module, phase)
         rec = self.records.get(key)
         if rec is None:
             rec = self.records[key] = OpRecord(*key)
         rec.calls += 1
         dtypes = rec.dtypes
         for t in _tensors(args, kwargs):
-            dtypes.add(_DTYPE.get(t.dtype) or str(t.dtype).removeprefix("torch."))
+            dtype = t.dtype
+            dtypes.add(_DTYPE.get(dtype) or str(dtype).removeprefix("torch."))
             if t.layout is not _STRIDED:
                 rec.layouts.add(str(t.layout).removeprefix("torch."))
             if t.is_nested:

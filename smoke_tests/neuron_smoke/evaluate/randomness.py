@@ -54,9 +54,7 @@ class SameRandom:
         self.state = torch.Generator().manual_seed(seed).get_state()
         self.calls: Counter[str] = Counter()
 
-    @staticmethod
-    def draws(func: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> bool:
-        return _draws(func, args, kwargs)
+    draws = staticmethod(_draws)  # asked of every op: no call in between
 
     def run(self, func: Any, args: Any, kwargs: dict[str, Any]) -> Any:
         """The op drawn on the CPU from this generator's state, its results on the op's device."""

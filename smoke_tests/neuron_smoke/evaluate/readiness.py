@@ -28,7 +28,8 @@ AREAS: dict[str, re.Pattern[str]] = {
 def unsupported_ops(inventory: Inventory) -> list[dict[str, Any]]:
     found: dict[tuple[str, str, str], int] = {}
     for r in inventory.records:
-        areas = [area for area, pattern in AREAS.items() if pattern.search(normalize(r.op))]
+        name = normalize(r.op)
+        areas = [area for area, pattern in AREAS.items() if pattern.search(name)]
         if r.layouts and "sparse" not in areas:
             areas.append("sparse")
         if r.nested and "nested" not in areas:
