@@ -61,3 +61,32 @@ def test_a_captured_step_with_everything_on_runs_under_one_dispatch_mode() -> No
     spec = ModelSpec(Dropped(), (torch.randn(4, 16),), {}, loss, "dropped")
     cap = capture.train_step(spec, "cpu", with_inventory=True, at="bf16-matmul")
     assert seen == [1] and cap.inventory is not None and cap.random_ops == {"aten::bernoulli_.float": 1}
+
+
+class Compiled(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.fc = nn.Linear(4, 4)
+
+    @torch.compile(backend="eager")  # type: ignore[untyped-decorator]  # a model's own compile, as a team writes it
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.relu(self.fc(x)) * 2
+
+
+@pytest.mark.parametrize("compiled_before", [True, False], ids=["compiled-before-the-step", "first-call-in-the-step"])
+def test_a_models_own_torch_compile_never_compiles_the_modes_handler(compiled_before: bool) -> None:
+    # Dynamo's callback stays set while a compiled forward runs eagerly under the mode, and the mode's handler runs
+    # with the mode popped: unguarded, Dynamo compiled 8 graphs of the handler in this step.
+    import torch._dynamo
+
+    torch._dynamo.reset()
+    model, x = Compiled(), torch.randn(3, 4)
+    if compiled_before:
+        model(x)
+    counters = torch._dynamo.utils.counters
+    before = dict(counters["stats"])
+    spec = ModelSpec(model=model, args=(x,), kwargs={}, loss_fn=lambda o: o.sum(), name="compiled")
+    cap = capture.train_step(spec, "cpu", with_inventory=True, at="bf16-matmul")
+    assert dict(counters["stats"]) == before
+    assert cap.inventory is not None and any(r.op == "aten::addmm.default" for r in cap.inventory.records)
+    torch._dynamo.reset()
