@@ -20,11 +20,7 @@ from torch import nn
 from neuron_smoke.evaluate.stepmode import outside, unwatched
 
 ROOT = "(root)"
-NodeKey = tuple[int, str]  # (sequence number, node name): stable for a node's life, unlike the Python wrapper
-
-
-def key(node: Any) -> NodeKey:
-    return (node._sequence_nr(), node.name())
+_ACCUMULATE = torch._C._functions.AccumulateGrad  # type: ignore[attr-defined]  # a leaf's gradient sink
 
 
 _peek_sequence_nr = getattr(torch._C._autograd, "_get_sequence_nr", None)  # this thread's next number, untaken
@@ -53,19 +49,16 @@ def _grad_fns(value: Any) -> list[Any]:
 
 def made_since(roots: list[Any], start: int) -> Iterator[Any]:
     """Each autograd node made since sequence number `start` that leads to `roots` (a call's outputs' grad_fns), once:
-    the nodes of the call that made them, its inner modules' included."""
+    the nodes of the call that made them, its inner modules' included. Nodes are told apart by their Python object:
+    autograd hands out the same one for a node while one is alive, and `seen` keeps them."""
     todo, seen = list(roots), set()
     while todo:
         node = todo.pop()
-        if node is None:
+        if node is None or node in seen:
             continue
-        seq = node._sequence_nr()
-        if seq < start:
+        seen.add(node)
+        if type(node) is _ACCUMULATE or node._sequence_nr() < start:
             continue
-        name = node.name()
-        if name.endswith("AccumulateGrad") or (seq, name) in seen:
-            continue
-        seen.add((seq, name))
         yield node
         todo.extend(n for n, _ in node.next_functions)
 
@@ -89,7 +82,9 @@ class Nesting:
 
     def __init__(self, model: nn.Module, listener: Listener | None = None) -> None:
         self.stack: list[str] = []
-        self.owner: dict[NodeKey, str] = {}
+        # node -> its module. Keyed by the node's Python object, which this keeps alive, so autograd hands out the
+        # same one during backward (_current_autograd_node); a key made of its number and name took two calls a look.
+        self.owner: dict[Any, str] = {}
         self.listener = listener
         self._starts: list[int] = []
         self._handles: list[Any] = []
@@ -116,7 +111,7 @@ class Nesting:
             label, start = self.stack.pop(), self._starts.pop()
             made = list(made_since(_grad_fns(output), start)) if start >= 0 else []
             for node in made:  # an inner module's nodes stay its own, but the walk goes through them to reach nodes
-                self.owner.setdefault(key(node), label)  # this module made before calling it
+                self.owner.setdefault(node, label)  # this module made before calling it
             if self.listener is not None:
                 self.listener.left(label, (args, kwargs), output, made)
 
@@ -125,7 +120,7 @@ class Nesting:
         outside both), and "forward" or "backward"; one look at the autograd engine, as it is asked for every op."""
         node = torch._C._current_autograd_node()
         if node is not None:
-            return self.owner.get(key(node), ROOT), "backward"
+            return self.owner.get(node, ROOT), "backward"
         return self.stack[-1] if self.stack else ROOT, "forward"
 
     def remove(self) -> None:
