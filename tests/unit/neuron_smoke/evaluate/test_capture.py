@@ -83,6 +83,19 @@ def test_a_training_step_captures_outputs_loss_gradients_updated_weights_and_act
     assert cap.inventory is None and cap.fallback_ops is None and cap.untied == []
 
 
+def test_the_steps_own_sgd_is_not_in_the_op_inventory_but_updates_the_weights() -> None:
+    # The instrumented step's SGD (its updated weights are compared) is ours, not the model's optimizer: the inventory
+    # lists the model's ops only (momentum SGD's first step: clone and add_), and the weights still move by LR x grad.
+    model = nn.Linear(4, 2)
+    x = torch.randn(3, 4)
+    spec = ModelSpec(model=model, args=(x,), kwargs={}, loss_fn=lambda o: o.sum(), name="linear")
+    cap = capture.train_step(spec, "cpu", with_inventory=True)
+    assert cap.inventory is not None
+    ops = {r.op for r in cap.inventory.records}
+    assert "aten::addmm.default" in ops and not ops & {"aten::add_.Tensor", "aten::clone.default"}, ops
+    assert torch.allclose(cap.tensors["weight/weight"], model.weight - capture.LR * cap.tensors["grad/weight"])
+
+
 class Residual(nn.Module):
     """x -> pre -> h; y = fc(h) + h; an in-place ReLU of y; head. h has two readers, y is modified in place."""
 
