@@ -181,8 +181,17 @@ def _starts(errors: dict[str, tuple[float, float]], calls: list[str], rtol: floa
     return [f for f in found if not any(_inside(n, f["layer"]) for n in names)]
 
 
+def _beyond(rows: list[dict[str, Any]], ref: str, rtol: float) -> bool:
+    """Whether any tensor's error against `ref` is past rtol. An origin's output error (forward) or computed gradient's
+    error (backward) is the worst of some rows': with none past rtol there is none to find, as in a healthy run."""
+    key = f"vs_{ref}"
+    return any(row[key] is not None and row[key] > rtol for row in rows)
+
+
 def origins(rows: list[dict[str, Any]], order: list[str], ref: str, rtol: float) -> list[dict[str, Any]]:
     """Modules where the forward error against `ref` starts: inputs agree, outputs do not."""
+    if not _beyond(rows, ref, rtol):
+        return []
     acts = _by_call(rows, ref, "act")
     return _starts({call: (e["in"], e["out"]) for call, e in acts.items()}, order, rtol)
 
@@ -193,6 +202,8 @@ def grad_origins(rows: list[dict[str, Any]], order: list[str], ref: str, rtol: f
     what it computes does not (the gradient it passes on to its inputs; the gradients of the parameters in it). An
     error that starts in forward reaches the forward values of the layers after it and the gradients of those
     before it (and a layer's own gradient, where the fault scales its output), so it is not named again here."""
+    if not _beyond(rows, ref, rtol):
+        return []
     acts, grads = _by_call(rows, ref, "act"), _by_call(rows, ref, "actgrad")
     forward, params = _worst_per_layer(rows, ref, "act/"), _worst_per_layer(rows, ref, "grad/")
     forward_inside, params_inside = _worst_inside(forward), _worst_inside(params)
