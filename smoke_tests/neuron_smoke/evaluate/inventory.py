@@ -142,8 +142,9 @@ class Inventory:
 
     @contextmanager
     def unwatched(self) -> Iterator[None]:
-        """A part of the recorded block that calls no torch.func transform (the optimizer's step): its ops are still
-        recorded, but its torch functions skip the transform watch (about 3 us each; SGD makes some 4 a parameter)."""
+        """A part of the recorded block that calls no torch.func transform: its torch functions skip the transform
+        watch (about 3 us each; SGD makes some 4 a parameter), while its ops still reach the dispatch mode unless the
+        caller keeps them out too (capture.train_step does, for its own SGD step)."""
         watch = self.watch
         if watch is None:
             yield
