@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 import torch
-from torch.overrides import TorchFunctionMode, resolve_name
+from torch.overrides import TorchFunctionMode, _get_current_function_mode, resolve_name
 
 from neuron_smoke.evaluate import attribution
 from neuron_smoke.evaluate.stepmode import Key, StepMode
@@ -144,9 +144,11 @@ class Inventory:
     def unwatched(self) -> Iterator[None]:
         """A part of the recorded block that calls no torch.func transform: its torch functions skip the transform
         watch (about 3 us each; SGD makes some 4 a parameter), while its ops still reach the dispatch mode unless the
-        caller keeps them out too (capture.train_step does, for its own SGD step)."""
+        caller keeps them out too (capture.train_step does, for its own SGD step). Paused only while it is the
+        innermost torch-function mode: leaving a mode pops whichever is innermost, and the model may have entered one
+        (torch.set_default_device in its forward) that must stay as it is."""
         watch = self.watch
-        if watch is None:
+        if watch is None or _get_current_function_mode() is not watch:  # type: ignore[no-untyped-call]
             yield
             return
         watch.__exit__(None, None, None)  # type: ignore[no-untyped-call]  # untyped in torch

@@ -102,6 +102,18 @@ def test_an_unwatched_part_is_recorded_and_the_watch_comes_back_after_it() -> No
     assert inv.watch is None  # the block is over: nothing left to pause
 
 
+def test_a_mode_the_model_entered_stays_innermost_through_an_unwatched_part() -> None:
+    from torch.overrides import BaseTorchFunctionMode, _get_current_function_mode
+
+    model, other = nn.Linear(3, 3), BaseTorchFunctionMode()
+    with inventory.recording(model) as inv:
+        other.__enter__()  # as a forward calling torch.set_default_device leaves one entered
+        with inv.unwatched():
+            assert _get_current_function_mode() is other  # not popped in the watch's place
+        assert _get_current_function_mode() is other
+        other.__exit__(None, None, None)
+
+
 def test_op_names_and_their_normal_form() -> None:
     assert inventory.op_name(torch.ops.aten.add.Tensor) == "aten::add.Tensor"
     assert inventory.op_name(torch.ops.aten.addmm.default) == "aten::addmm.default"
