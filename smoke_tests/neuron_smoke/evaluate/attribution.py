@@ -2,15 +2,16 @@
 
 Forward, the owner is the innermost module whose forward is running, kept as a stack by forward pre and post hooks
 on every module, the root included (so code in the root's own `forward` is the root's, not the last child's).
-Backward, the owner of an op is the module whose forward made the autograd node being run: each module's post hook
-claims the nodes its forward created (walking back from its outputs' grad_fn over nodes newer than its start, inner
-modules claiming first), and during backward torch._C._current_autograd_node() says which node runs. torch's
-ModuleTracker names the module whose backward hook ran last instead, so a softmax's backward could land in the
-dropout that followed it.
+Backward, the owner of an op is the module whose forward made the autograd node being run. Autograd numbers the
+nodes it makes in order (per thread), so each module call owns the numbers between its pre and post hooks, its inner
+calls' numbers excepted: the hooks note where each call starts and ends, and during backward the running node's
+number (torch._C._current_autograd_node()) names its module. torch's ModuleTracker names the module whose backward
+hook ran last instead, so a softmax's backward could land in the dropout that followed it.
 """
 
 from __future__ import annotations
 
+from bisect import bisect_right
 from collections.abc import Callable, Iterator
 from typing import Any, Protocol
 
@@ -47,46 +48,69 @@ def _grad_fns(value: Any) -> list[Any]:
     return [g for v in getattr(value, "__dict__", {}).values() if isinstance(v, torch.Tensor) for g in _grad_fns(v)]
 
 
-def made_since(roots: list[Any], start: int) -> Iterator[Any]:
-    """Each autograd node made since sequence number `start` that leads to `roots` (a call's outputs' grad_fns), once:
-    the nodes of the call that made them, its inner modules' included. Nodes are told apart by their Python object:
-    autograd hands out the same one for a node while one is alive, and `seen` keeps them."""
+def made_since(roots: list[Any], start: int) -> Iterator[tuple[Any, int, tuple[Any, ...]]]:
+    """Each autograd node numbered `start` or later that leads to `roots` (grad_fns), once, with its number and its
+    edges (next_functions, a new tuple at every ask). Nodes are told apart by their Python object: autograd hands out
+    the same one for a node while one is alive, and `seen` keeps them."""
     todo, seen = list(roots), set()
     while todo:
         node = todo.pop()
         if node is None or node in seen:
             continue
         seen.add(node)
-        if type(node) is _ACCUMULATE or node._sequence_nr() < start:
+        if type(node) is _ACCUMULATE:
             continue
-        yield node
-        todo.extend(n for n, _ in node.next_functions)
+        seq = node._sequence_nr()
+        if seq < start:
+            continue
+        edges = node.next_functions
+        yield node, seq, edges
+        todo.extend(n for n, _ in edges)
 
 
 class Listener(Protocol):
-    """Told of each module call Nesting sees, so a second set of hooks need not walk the same graph again."""
+    """Told of each module call Nesting sees, and of the autograd nodes the calls made, so a second set of hooks need
+    not walk the same graph again."""
 
-    def entered(self, label: str, inputs: tuple[Any, dict[str, Any]], start: int) -> None:
-        """A call starts: its (args, kwargs) and the sequence number of its first node (-1: none will be made)."""
+    def entered(self, label: str, inputs: tuple[Any, dict[str, Any]], start: int) -> Any:
+        """A call starts: its (args, kwargs) and the number of its first node (-1: none will be made). Returns the
+        call's token (None: nothing kept), handed back in left() and made()."""
 
-    def left(self, label: str, inputs: tuple[Any, dict[str, Any]], output: Any, made: list[Any]) -> None:
-        """A call ended: `made` its autograd nodes and its inner modules' (made_since its start)."""
+    def left(self, label: str, inputs: tuple[Any, dict[str, Any]], output: Any, token: Any) -> None:
+        """A call ended."""
+
+    def made(self, node: Any, edges: tuple[Any, ...], tokens: list[Any]) -> None:
+        """After the outermost call ends: an autograd node made inside calls (the tokens of those that made nodes,
+        innermost first) and its edges, once per node that leads to a call's outputs."""
+
+
+class _Call:
+    __slots__ = ("label", "parent", "start", "token")
+
+    def __init__(self, label: str, start: int, parent: int, token: Any) -> None:
+        self.label, self.start, self.parent, self.token = label, start, parent, token
 
 
 class Nesting:
     """The modules whose forward is running (innermost last) and the owner of each autograd node made in them.
 
     `stack` is left as it was when a forward raised (the post hooks did not run), so it names where an error happened.
-    A `listener` is told of each call after Nesting has taken it in.
+    A `listener` is told of each call after Nesting has taken it in, and of each node the calls made once the
+    outermost call has ended (one walk of the graph for all of them).
     """
 
     def __init__(self, model: nn.Module, listener: Listener | None = None) -> None:
         self.stack: list[str] = []
-        # node -> its module. Keyed by the node's Python object, which this keeps alive, so autograd hands out the
-        # same one during backward (_current_autograd_node); a key made of its number and name took two calls a look.
-        self.owner: dict[Any, str] = {}
         self.listener = listener
-        self._starts: list[int] = []
+        self.calls: list[_Call] = []  # the calls that made nodes (start >= 0), in the order they started
+        # Node numbers where the owner changes, and the owner from there on (an index into calls, -1: none): a call's
+        # pre hook starts its numbers, its post hook hands the rest back to the call around it.
+        self._seqs: list[int] = []
+        self._owners: list[int] = []
+        self._open: list[tuple[int, Any]] = []  # per running call: its index in calls (-1: makes none), its token
+        self._making: list[int] = []  # the indices of the running calls that make nodes, innermost last
+        self._outputs: list[Any] = []  # grad_fns of the calls' outputs since the outermost call started
+        self._first = 0  # the first call of the outermost one
         self._handles: list[Any] = []
         for name, module in model.named_modules():
             self._handles.append(module.register_forward_pre_hook(self._enter(name or ROOT), with_kwargs=True))
@@ -95,12 +119,20 @@ class Nesting:
     def _enter(self, label: str) -> Callable[..., None]:
         def hook(_module: nn.Module, args: Any, kwargs: dict[str, Any]) -> None:
             with unwatched():
+                if not self.stack:
+                    self._first = len(self.calls)
                 self.stack.append(label)
                 transformed = torch._C._functorch.peek_interpreter_stack() is not None
                 start = next_sequence_nr() if torch.is_grad_enabled() and not transformed else -1
-                self._starts.append(start)
-                if self.listener is not None:
-                    self.listener.entered(label, (args, kwargs), start)
+                token = self.listener.entered(label, (args, kwargs), start) if self.listener is not None else None
+                index = -1
+                if start >= 0:
+                    index = len(self.calls)
+                    self.calls.append(_Call(label, start, self._making[-1] if self._making else -1, token))
+                    self._making.append(index)
+                    self._seqs.append(start)
+                    self._owners.append(index)
+                self._open.append((index, token))
 
         return hook
 
@@ -108,19 +140,48 @@ class Nesting:
         if not self.stack:
             return
         with unwatched():
-            label, start = self.stack.pop(), self._starts.pop()
-            made = list(made_since(_grad_fns(output), start)) if start >= 0 else []
-            for node in made:  # an inner module's nodes stay its own, but the walk goes through them to reach nodes
-                self.owner.setdefault(node, label)  # this module made before calling it
+            label = self.stack.pop()
+            index, token = self._open.pop()
+            if index >= 0:
+                self._making.pop()
+                if self.listener is not None:
+                    self._outputs.extend(_grad_fns(output))
+                self._seqs.append(next_sequence_nr())
+                self._owners.append(self._making[-1] if self._making else -1)
             if self.listener is not None:
-                self.listener.left(label, (args, kwargs), output, made)
+                self.listener.left(label, (args, kwargs), output, token)
+            if not self.stack:
+                self._walk()
+
+    def _walk(self) -> None:
+        """Tell the listener of each node the calls since the outermost one started made: one walk from all their
+        outputs (an inner call's nodes are its callers' too)."""
+        roots, self._outputs = self._outputs, []
+        if self.listener is None or self._first >= len(self.calls):
+            return
+        for node, seq, edges in made_since(roots, self.calls[self._first].start):
+            index = self._owner(seq)
+            tokens = []
+            while index >= 0:
+                call = self.calls[index]
+                tokens.append(call.token)
+                index = call.parent
+            if tokens:
+                self.listener.made(node, edges, tokens)
+
+    def _owner(self, seq: int) -> int:
+        at = bisect_right(self._seqs, seq) - 1
+        return self._owners[at] if at >= 0 else -1
 
     def where(self) -> tuple[str, str]:
         """(module, phase): the innermost module running forward, or the owner of the node running backward (ROOT
         outside both), and "forward" or "backward"; one look at the autograd engine, as it is asked for every op."""
         node = torch._C._current_autograd_node()
         if node is not None:
-            return self.owner.get(node, ROOT), "backward"
+            if type(node) is _ACCUMULATE:  # a leaf's gradient sink: made with the leaf, by no call
+                return ROOT, "backward"
+            index = self._owner(node._sequence_nr())
+            return (self.calls[index].label if index >= 0 else ROOT), "backward"
         return self.stack[-1] if self.stack else ROOT, "forward"
 
     def remove(self) -> None:

@@ -134,16 +134,6 @@ def _input_edges(inputs: list[torch.Tensor]) -> dict[tuple[Any, int], list[int]]
     return edges
 
 
-def _keep_input_grads(cap: Capture, layer: str, call: str, made: list[Any], edges: Any) -> None:
-    """actgrad/<call>/in/<i>: the gradient the call passes on to each input, its own part only (a tensor that other
-    modules read too gets the sum of all their parts), taken from the edges of the call's own nodes (`made`) into the
-    input; no node is added to the graph, so the model's backward runs as it would. Inputs that are leaves get none."""
-    for node in made:
-        for slot, edge in enumerate(node.next_functions):
-            for i in edges.get(edge, ()):
-                node.register_hook(_at_slot(_adder(cap, layer, f"actgrad/{call}/in/{i}"), slot))
-
-
 def _at_slot(keep: Callable[[torch.Tensor], None], slot: int) -> Callable[..., None]:
     """A node hook that keeps the gradient the node sends along its edge number `slot`."""
 
@@ -159,27 +149,27 @@ class _Keeper:
     """Keeps each module call's floating-point inputs and outputs (act/<call>/in|out/<i>) and, in backward, the
     gradients at them (actgrad/<call>/in|out/<i>: `out` the gradient reaching the call from what used its outputs,
     `in` the one the call passes on to its inputs); an attribution.Listener, told of every module's calls, the root's
-    included (as ROOT)."""
+    included (as ROOT), and of the nodes they made."""
 
     def __init__(self, cap: Capture) -> None:
         self.cap = cap
         self.seen: dict[str, int] = {}
-        self.running: dict[str, list[tuple[str, Any]]] = {}  # module -> its calls in progress: (call, input edges)
 
-    def entered(self, label: str, inputs: tuple[Any, dict[str, Any]], start: int) -> None:
+    def entered(self, label: str, inputs: tuple[Any, dict[str, Any]], start: int) -> Any:
+        """The call's token: (module, call name, input edges), or None inside a torch.func transform."""
         if inv.transform_active():
-            return
+            return None
         count = self.seen[label] = self.seen.get(label, 0) + 1
         call = label if count == 1 else f"{label}#{count}"
         edges = _input_edges(float_leaves(inputs)) if start >= 0 else {}  # none when the call makes no nodes
-        self.running.setdefault(label, []).append((call, edges))
+        return label, call, edges
 
-    def left(self, label: str, inputs: tuple[Any, dict[str, Any]], output: Any, made: list[Any]) -> None:
+    def left(self, label: str, inputs: tuple[Any, dict[str, Any]], output: Any, token: Any) -> None:
         cap = self.cap
-        if inv.transform_active() or not self.running.get(label):  # batched or functional tensors: no own values
+        if token is None or inv.transform_active():  # batched or functional tensors: no own values
             cap.under_transform.add(label)
             return
-        call, edges = self.running[label].pop()
+        call = token[1]
         cap.order.append(call)
         for i, t in enumerate(float_leaves(inputs)):
             cap.tensors[f"act/{call}/in/{i}"] = cap.copy(t)
@@ -189,8 +179,19 @@ class _Keeper:
             cap.tensors[f"act/{call}/out/{i}"] = cap.copy(t)
             cap.layer_of[f"act/{call}/out/{i}"] = label
         _keep_output_grads(cap, label, call, outputs)
-        if edges:
-            _keep_input_grads(cap, label, call, made, edges)
+
+    def made(self, node: Any, edges: tuple[Any, ...], tokens: list[Any]) -> None:
+        """actgrad/<call>/in/<i>: the gradient the call passes on to each input, its own part only (a tensor that
+        other modules read too gets the sum of all their parts), taken from the edges of the call's own nodes (its
+        inner calls' included) into the input; no node is added to the graph, so the model's backward runs as it
+        would. Inputs that are leaves get none."""
+        for token in tokens:
+            if token is None or not token[2]:
+                continue
+            layer, call, inputs = token
+            for slot, edge in enumerate(edges):
+                for i in inputs.get(edge, ()):
+                    node.register_hook(_at_slot(_adder(self.cap, layer, f"actgrad/{call}/in/{i}"), slot))
 
 
 def _moved(

@@ -83,6 +83,31 @@ def test_a_module_called_twice_owns_both_calls_and_the_hooks_go_away() -> None:
     assert not model._forward_hooks and not model.act._forward_pre_hooks
 
 
+def test_backward_of_a_side_output_belongs_to_the_module_that_made_it() -> None:
+    """An auxiliary loss a module keeps on itself reaches the loss without passing through the module's outputs: its
+    nodes are still the module's, told by the numbers autograd gave them while the module's forward ran."""
+
+    class Routed(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.fc = nn.Linear(4, 4)
+            self.aux = torch.zeros(())
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            self.aux = torch.sigmoid(x).mean()  # a load-balancing loss, kept for the caller
+            out: torch.Tensor = self.fc(x)
+            return out
+
+    model = nn.Sequential(Routed(), nn.Tanh())
+    nesting = attribution.Nesting(model)
+    with nesting, _Owners(nesting) as owners:
+        out = model(torch.randn(2, 4, requires_grad=True))
+        (out.sum() + model[0].aux).backward()
+    assert owners.modules("aten::sigmoid_backward", "backward") == {"0"}
+    assert owners.modules("aten::tanh_backward", "backward") == {"1"}
+    assert "0.fc" in owners.modules("aten::mm", "backward")
+
+
 def test_the_stack_names_where_a_forward_raised() -> None:
     class Fails(nn.Module):
         def forward(self, x: torch.Tensor) -> torch.Tensor:
@@ -99,7 +124,7 @@ def test_no_grad_forward_claims_nothing() -> None:
     model = Net()
     with attribution.Nesting(model) as nesting, torch.no_grad():
         model(torch.randn(2, 4))
-    assert nesting.owner == {} and nesting.stack == []
+    assert nesting.calls == [] and nesting.stack == []
 
 
 @pytest.mark.parametrize("counter", [True, False], ids=["autograd-counter", "probe"])
