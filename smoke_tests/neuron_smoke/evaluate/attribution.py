@@ -3,10 +3,12 @@
 Forward, the owner is the innermost module whose forward is running, kept as a stack by forward pre and post hooks
 on every module, the root included (so code in the root's own `forward` is the root's, not the last child's).
 Backward, the owner of an op is the module whose forward made the autograd node being run. Autograd numbers the
-nodes it makes in order (per thread), so each module call owns the numbers between its pre and post hooks, its inner
-calls' numbers excepted: the hooks note where each call starts and ends, and during backward the running node's
-number (torch._C._current_autograd_node()) names its module. torch's ModuleTracker names the module whose backward
-hook ran last instead, so a softmax's backward could land in the dropout that followed it.
+nodes a thread makes in order, so each module call made the numbers between its pre and post hooks, its inner calls'
+numbers excepted. When the outermost call ends, one walk back from the calls' outputs hands each node it meets to
+the call whose numbers hold it; during backward torch._C._current_autograd_node() names the running node. The
+numbers are the calling thread's: a forward run again in backward (activation checkpointing) runs on the device's
+backward thread, with numbers of its own, so each outermost call keeps its own. torch's ModuleTracker names the
+module whose backward hook ran last instead, so a softmax's backward could land in the dropout that followed it.
 """
 
 from __future__ import annotations
@@ -96,15 +98,19 @@ class Nesting:
 
     `stack` is left as it was when a forward raised (the post hooks did not run), so it names where an error happened.
     A `listener` is told of each call after Nesting has taken it in, and of each node the calls made once the
-    outermost call has ended (one walk of the graph for all of them).
+    outermost call has ended (the same walk).
     """
 
     def __init__(self, model: nn.Module, listener: Listener | None = None) -> None:
         self.stack: list[str] = []
         self.listener = listener
+        # node -> its module. Keyed by the node's Python object, which this keeps alive, so autograd hands out the
+        # same one during backward (_current_autograd_node).
+        self.owner: dict[Any, str] = {}
         self.calls: list[_Call] = []  # the calls that made nodes (start >= 0), in the order they started
-        # Node numbers where the owner changes, and the owner from there on (an index into calls, -1: none): a call's
-        # pre hook starts its numbers, its post hook hands the rest back to the call around it.
+        # Within the outermost call: node numbers where the owner changes, and the owner from there on (an index into
+        # calls, -1: none). A call's pre hook starts its numbers, its post hook hands the rest back to the call around
+        # it.
         self._seqs: list[int] = []
         self._owners: list[int] = []
         self._open: list[tuple[int, Any]] = []  # per running call: its index in calls (-1: makes none), its token
@@ -119,8 +125,8 @@ class Nesting:
     def _enter(self, label: str) -> Callable[..., None]:
         def hook(_module: nn.Module, args: Any, kwargs: dict[str, Any]) -> None:
             with unwatched():
-                if not self.stack:
-                    self._first = len(self.calls)
+                if not self.stack:  # an outermost call: its own numbers (another thread's, maybe)
+                    self._first, self._seqs, self._owners = len(self.calls), [], []
                 self.stack.append(label)
                 transformed = torch._C._functorch.peek_interpreter_stack() is not None
                 start = next_sequence_nr() if torch.is_grad_enabled() and not transformed else -1
@@ -144,8 +150,7 @@ class Nesting:
             index, token = self._open.pop()
             if index >= 0:
                 self._making.pop()
-                if self.listener is not None:
-                    self._outputs.extend(_grad_fns(output))
+                self._outputs.extend(_grad_fns(output))
                 self._seqs.append(next_sequence_nr())
                 self._owners.append(self._making[-1] if self._making else -1)
             if self.listener is not None:
@@ -154,20 +159,25 @@ class Nesting:
                 self._walk()
 
     def _walk(self) -> None:
-        """Tell the listener of each node the calls since the outermost one started made: one walk from all their
-        outputs (an inner call's nodes are its callers' too)."""
+        """Claim each node the calls since the outermost one started made, and tell the listener of it: one walk from
+        all their outputs (an inner call's nodes are its callers' too). A node claimed already keeps its owner (a
+        forward run again in backward reaches the first run's nodes too)."""
         roots, self._outputs = self._outputs, []
-        if self.listener is None or self._first >= len(self.calls):
+        if self._first >= len(self.calls):
             return
+        listener, owner = self.listener, self.owner
         for node, seq, edges in made_since(roots, self.calls[self._first].start):
             index = self._owner(seq)
-            tokens = []
-            while index >= 0:
-                call = self.calls[index]
-                tokens.append(call.token)
-                index = call.parent
-            if tokens:
-                self.listener.made(node, edges, tokens)
+            if index < 0:
+                continue
+            owner.setdefault(node, self.calls[index].label)
+            if listener is not None:
+                tokens = []
+                while index >= 0:
+                    call = self.calls[index]
+                    tokens.append(call.token)
+                    index = call.parent
+                listener.made(node, edges, tokens)
 
     def _owner(self, seq: int) -> int:
         at = bisect_right(self._seqs, seq) - 1
@@ -178,10 +188,7 @@ class Nesting:
         outside both), and "forward" or "backward"; one look at the autograd engine, as it is asked for every op."""
         node = torch._C._current_autograd_node()
         if node is not None:
-            if type(node) is _ACCUMULATE:  # a leaf's gradient sink: made with the leaf, by no call
-                return ROOT, "backward"
-            index = self._owner(node._sequence_nr())
-            return (self.calls[index].label if index >= 0 else ROOT), "backward"
+            return self.owner.get(node, ROOT), "backward"
         return self.stack[-1] if self.stack else ROOT, "forward"
 
     def remove(self) -> None:
