@@ -12,7 +12,7 @@ import weakref
 from collections.abc import Callable, Mapping
 from contextlib import ExitStack, nullcontext
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 import torch
 from torch import nn
@@ -145,6 +145,14 @@ def _at_slot(keep: Callable[[torch.Tensor], None], slot: int) -> Callable[..., N
     return hook
 
 
+class _Call(NamedTuple):
+    """A module call as the capture keeps it (its Listener token)."""
+
+    layer: str  # the module
+    name: str  # the call's name in the tensors kept: the module, then #2, #3 for its later calls
+    inputs: dict[tuple[Any, int], list[int]]  # its input edges (_input_edges)
+
+
 class _Keeper:
     """Keeps each module call's floating-point inputs and outputs (act/<call>/in|out/<i>) and, in backward, the
     gradients at them (actgrad/<call>/in|out/<i>: `out` the gradient reaching the call from what used its outputs,
@@ -155,21 +163,21 @@ class _Keeper:
         self.cap = cap
         self.seen: dict[str, int] = {}
 
-    def entered(self, label: str, inputs: tuple[Any, dict[str, Any]], start: int) -> Any:
-        """The call's token: (module, call name, input edges), or None inside a torch.func transform."""
+    def entered(self, label: str, inputs: tuple[Any, dict[str, Any]], start: int) -> _Call | None:
+        """The call's token, or None inside a torch.func transform."""
         if inv.transform_active():
             return None
         count = self.seen[label] = self.seen.get(label, 0) + 1
         call = label if count == 1 else f"{label}#{count}"
         edges = _input_edges(float_leaves(inputs)) if start >= 0 else {}  # none when the call makes no nodes
-        return label, call, edges
+        return _Call(label, call, edges)
 
-    def left(self, label: str, inputs: tuple[Any, dict[str, Any]], output: Any, token: Any) -> None:
+    def left(self, label: str, inputs: tuple[Any, dict[str, Any]], output: Any, token: _Call | None) -> None:
         cap = self.cap
         if token is None or inv.transform_active():  # batched or functional tensors: no own values
             cap.under_transform.add(label)
             return
-        call = token[1]
+        call = token.name
         cap.order.append(call)
         for i, t in enumerate(float_leaves(inputs)):
             cap.tensors[f"act/{call}/in/{i}"] = cap.copy(t)
@@ -180,18 +188,17 @@ class _Keeper:
             cap.layer_of[f"act/{call}/out/{i}"] = label
         _keep_output_grads(cap, label, call, outputs)
 
-    def made(self, node: Any, edges: tuple[Any, ...], tokens: list[Any]) -> None:
+    def made(self, node: Any, edges: tuple[Any, ...], tokens: list[_Call | None]) -> None:
         """actgrad/<call>/in/<i>: the gradient the call passes on to each input, its own part only (a tensor that
         other modules read too gets the sum of all their parts), taken from the edges of the call's own nodes (its
         inner calls' included) into the input; no node is added to the graph, so the model's backward runs as it
         would. Inputs that are leaves get none."""
-        for token in tokens:
-            if token is None or not token[2]:
+        for call in tokens:
+            if call is None or not call.inputs:
                 continue
-            layer, call, inputs = token
             for slot, edge in enumerate(edges):
-                for i in inputs.get(edge, ()):
-                    node.register_hook(_at_slot(_adder(self.cap, layer, f"actgrad/{call}/in/{i}"), slot))
+                for i in call.inputs.get(edge, ()):
+                    node.register_hook(_at_slot(_adder(self.cap, call.layer, f"actgrad/{call.name}/in/{i}"), slot))
 
 
 def _moved(
