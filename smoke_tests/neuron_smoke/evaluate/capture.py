@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import statistics
 import time
-import weakref
 from collections.abc import Callable, Mapping
 from contextlib import ExitStack, nullcontext
 from dataclasses import dataclass, field
@@ -20,6 +19,7 @@ from torch.nn.parameter import is_lazy
 
 from neuron_smoke.evaluate import attribution, failure, precision, randomness
 from neuron_smoke.evaluate import inventory as inv
+from neuron_smoke.evaluate.copies import Copies
 from neuron_smoke.evaluate.stepmode import StepMode, outside, unwatched
 from neuron_smoke.modelcopy import deep_copy
 from neuron_smoke.models import ModelSpec
@@ -50,24 +50,6 @@ def move(model: nn.Module, device: str) -> Moved:
     return moved, notes
 
 
-class Copies:
-    """CPU copies of a step's tensors, one per tensor value: a tensor kept again unchanged (the same object with the
-    same version counter; a module's input is most often the output of the one before it) gets the copy made
-    already, so it is neither copied from the device nor stored in a baseline twice. A weak reference tells the
-    object apart from a later one at the same id without keeping the device's tensor alive."""
-
-    def __init__(self) -> None:
-        self._made: dict[int, tuple[weakref.ref[torch.Tensor], int, torch.Tensor]] = {}
-
-    def __call__(self, t: torch.Tensor) -> torch.Tensor:
-        made = self._made.get(id(t))
-        if made is not None and made[0]() is t and made[1] == t._version:
-            return made[2]
-        copy = _cpu(t)
-        self._made[id(t)] = (weakref.ref(t), t._version, copy)
-        return copy
-
-
 @dataclass
 class Capture:
     device: str
@@ -79,7 +61,10 @@ class Capture:
     untied: list[str] = field(default_factory=list)
     under_transform: set[str] = field(default_factory=set)  # modules run inside torch.func transforms: not captured
     random_ops: dict[str, int] = field(default_factory=dict)  # op -> calls drawn from the shared seeded generator
-    copy: Copies = field(default_factory=Copies, repr=False)  # makes the CPU copies kept in `tensors`
+    copy: Copies = field(init=False, repr=False)  # makes the values kept in `tensors` (copies.py)
+
+    def __post_init__(self) -> None:
+        self.copy = Copies(self.tensors)
 
 
 def float_leaves(value: Any) -> list[torch.Tensor]:
@@ -93,19 +78,14 @@ def float_leaves(value: Any) -> list[torch.Tensor]:
     return []
 
 
-def _cpu(t: torch.Tensor) -> torch.Tensor:
-    """A CPU copy, kept out of the op inventory (the copy is ours, not the model's)."""
-    with outside(t):
-        return t.detach().to("cpu", copy=True)
-
-
 def _adder(cap: Capture, layer: str, name: str) -> Callable[[torch.Tensor], None]:
     """Keep a gradient as `name`, adding it to what is kept there already (a call passes an input's gradient on along
-    each of its nodes that read the input); the copy and the sum are ours, kept out of the op inventory."""
+    each of its nodes that read the input); the value kept (copies.py) and the sum are ours, kept out of the op
+    inventory."""
 
     def add(grad: torch.Tensor) -> None:
         with unwatched():
-            copy, kept = cap.copy(grad), cap.tensors.get(name)
+            copy, kept = cap.copy.keep(grad), cap.tensors.get(name)
             if kept is not None:
                 with outside(kept, copy):
                     copy = kept + copy
@@ -180,11 +160,11 @@ class _Keeper:
         call = token.name
         cap.order.append(call)
         for i, t in enumerate(float_leaves(inputs)):
-            cap.tensors[f"act/{call}/in/{i}"] = cap.copy(t)
+            cap.tensors[f"act/{call}/in/{i}"] = cap.copy.keep(t)
             cap.layer_of[f"act/{call}/in/{i}"] = label
         outputs = float_leaves(output)
         for i, t in enumerate(outputs):
-            cap.tensors[f"act/{call}/out/{i}"] = cap.copy(t)
+            cap.tensors[f"act/{call}/out/{i}"] = cap.copy.keep(t)
             cap.layer_of[f"act/{call}/out/{i}"] = label
         _keep_output_grads(cap, label, call, outputs)
 
@@ -249,7 +229,8 @@ def train_step(
         tracker.clear_op_tracking()
     with ExitStack() as stack:
         drawer = randomness.SameRandom()
-        mode = stack.enter_context(StepMode(drawer=drawer, rounding=precision.rounding(at, torch.device(device).type)))
+        rounding = precision.rounding(at, torch.device(device).type)
+        mode = stack.enter_context(StepMode(drawer=drawer, rounding=rounding, writes=cap.copy))
         recorded = stack.enter_context(inv.recording(model, nesting, mode) if with_inventory else nullcontext())
         phase = "forward"
         try:
@@ -259,11 +240,12 @@ def train_step(
             phase = "backward"
             torch.autograd.backward(loss)
             with unwatched():
-                grads = {n: cap.copy(p.grad) for n, p in model.named_parameters() if p.grad is not None}
+                grads = {n: cap.copy.keep(p.grad) for n, p in model.named_parameters() if p.grad is not None}
             phase = "optimizer step"
             # The step's own SGD (the updated weights are checked), not the model's optimizer: its ops are ours, as
             # the copies are, so neither the inventory nor the mode sees them (some 84 ops a GPT-2 step).
             params = [p for p in model.parameters() if p.grad is not None]
+            cap.copy.writing(params)  # the mode does not see these writes
             with outside(*params), recorded.unwatched() if isinstance(recorded, inv.Inventory) else nullcontext():
                 optimizer.step()
             synchronize()
@@ -276,6 +258,11 @@ def train_step(
     cap.random_ops = dict(sorted(drawer.calls.items()))
     cap.inventory = recorded if isinstance(recorded, inv.Inventory) else None
     _keep(cap, model, output, loss, grads)
+    # The gradients are the capture's now: the model's next step clears them first anyway, and a value kept as itself
+    # (copies.py) is copied at settle() when anything else still holds it.
+    del grads
+    model.zero_grad(set_to_none=True)
+    cap.copy.settle()
     return cap
 
 

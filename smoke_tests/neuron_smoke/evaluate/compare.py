@@ -119,10 +119,15 @@ def _source(row: dict[str, Any], rtol: float) -> str:
 
 
 def missing(device: Capture, cpu: Capture, baseline: Baseline | None) -> dict[str, list[str]]:
-    out = {"only_in_cpu_run": sorted(set(cpu.tensors) - set(device.tensors))}
+    """Tensors on one side only. A value a capture lost (copies.py: changed by a write its step mode could not see) is
+    named apart, as not compared, rather than as missing from the run."""
+    lost = set(device.copy.lost) | set(cpu.copy.lost)
+    out = {"only_in_cpu_run": sorted(set(cpu.tensors) - set(device.tensors) - lost)}
     if baseline is not None:
-        out["only_in_baseline"] = sorted(set(baseline.names) - set(device.tensors))
+        out["only_in_baseline"] = sorted(set(baseline.names) - set(device.tensors) - lost)
         out["only_in_device_run"] = sorted(set(device.tensors) - set(baseline.names))
+    if lost:
+        out["changed_in_step"] = sorted(lost)
     return out
 
 

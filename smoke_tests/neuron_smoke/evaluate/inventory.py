@@ -9,16 +9,16 @@ steady state.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass, field
-from typing import Any, TypeVar
+from typing import Any
 
 import torch
 from torch.overrides import TorchFunctionMode, _get_current_function_mode, resolve_name
 
 from neuron_smoke.evaluate import attribution
-from neuron_smoke.evaluate.stepmode import Key, StepMode
+from neuron_smoke.evaluate.stepmode import Key, StepMode, per_op
 
 ROOT = attribution.ROOT
 
@@ -47,7 +47,6 @@ class OpRecord:
         }
 
 
-T = TypeVar("T")
 _STRIDED = torch.strided
 _DTYPE = {torch.float32: "float32", torch.float64: "float64", torch.bfloat16: "bfloat16", torch.int64: "int64"}
 
@@ -61,20 +60,6 @@ def _tensors(args: Any, kwargs: Any) -> list[torch.Tensor]:
         elif isinstance(a, list | tuple):
             found.extend(t for t in a if isinstance(t, torch.Tensor))
     return found
-
-
-def per_op(compute: Callable[[Any], T]) -> Callable[[Any], T]:
-    """`compute(op)` kept per op, for what is asked of every dispatched op: by the op's id, the op kept beside its
-    value (an OpOverload's own hash is a Python call)."""
-    known: dict[int, tuple[Any, T]] = {}
-
-    def lookup(func: Any) -> T:
-        found = known.get(id(func))
-        if found is None or found[0] is not func:
-            found = known[id(func)] = (func, compute(func))
-        return found[1]
-
-    return lookup
 
 
 op_name = per_op(lambda func: f"{func._schema.name}.{func._overloadname}")  # aten::addmm.default

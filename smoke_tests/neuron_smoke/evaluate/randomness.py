@@ -16,7 +16,8 @@ from typing import Any
 import torch
 from torch.utils import _pytree as pytree
 
-from neuron_smoke.evaluate.inventory import op_name, per_op
+from neuron_smoke.evaluate.inventory import op_name
+from neuron_smoke.evaluate.stepmode import per_op
 
 SEED = 0
 SEEDED = torch.Tag.nondeterministic_seeded

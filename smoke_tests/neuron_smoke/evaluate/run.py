@@ -297,6 +297,9 @@ def _compare(
         grads = ", ".join(o["layer"] for o in data["grad_origins"][ref]) or "no layer"
         print(f"  gradient error starts in {grads} (vs {ref})", flush=True)
     print(f"  tensors: {len(rows)} compared, {len(bad)} beyond rtol {rtol:g} ({opts.precision})", flush=True)
+    if data["missing"].get("changed_in_step"):
+        print(f"  not compared (written during the step where the capture could not see it): "
+              f"{', '.join(data['missing']['changed_in_step'])}", flush=True)  # fmt: skip
 
 
 def _print_timing(t: dict[str, Any]) -> None:

@@ -10,6 +10,7 @@ from torch import nn
 from torch.overrides import TorchFunctionMode
 
 from neuron_smoke.evaluate import attribution, capture, inventory
+from neuron_smoke.evaluate.copies import Copies
 from neuron_smoke.examples import mlp
 from neuron_smoke.models import ModelSpec
 
@@ -144,7 +145,7 @@ def test_each_call_keeps_the_gradient_reaching_its_outputs_and_its_own_part_of_i
 
 
 def test_a_value_kept_twice_is_copied_once_and_one_changed_in_place_between_is_copied_again() -> None:
-    copies = capture.Copies()
+    copies = Copies()
     t = torch.ones(3)
     first = copies(t)
     assert copies(t) is first and first is not t  # the same object, unchanged: the copy made already
