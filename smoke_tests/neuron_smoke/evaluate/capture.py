@@ -245,8 +245,8 @@ def train_step(
             # The step's own SGD (the updated weights are checked), not the model's optimizer: its ops are ours, as
             # the copies are, so neither the inventory nor the mode sees them (some 84 ops a GPT-2 step).
             params = [p for p in model.parameters() if p.grad is not None]
-            cap.copy.writing(params)  # the mode does not see these writes
             with outside(*params), recorded.unwatched() if isinstance(recorded, inv.Inventory) else nullcontext():
+                cap.copy.writing(params)  # the mode does not see these writes
                 optimizer.step()
             synchronize()
         except Exception as exc:

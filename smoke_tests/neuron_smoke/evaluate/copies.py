@@ -39,8 +39,8 @@ def cpu_copy(t: torch.Tensor) -> torch.Tensor:
 
 
 def _memory(t: torch.Tensor) -> int:
-    """Where the tensor's storage starts (its data pointer less its offset; no storage object made)."""
-    return int(t.data_ptr()) - int(t.storage_offset()) * t.element_size()
+    """Where the tensor's storage starts."""
+    return int(t.untyped_storage().data_ptr())
 
 
 def _counts(objects: list[Any]) -> list[int]:
