@@ -227,14 +227,16 @@ def train_step(
     nesting = attribution.Nesting(model, _Keeper(cap) if activations else None)
     if tracker is not None:
         tracker.clear_op_tracking()
+    device_type = torch.device(device).type  # here: under the op inventory's watch, torch.device() is one more call
     with ExitStack() as stack:
         drawer = randomness.SameRandom()
-        rounding = precision.rounding(at, torch.device(device).type)
-        mode = stack.enter_context(StepMode(drawer=drawer, rounding=rounding, writes=cap.copy))
+        mode = stack.enter_context(
+            StepMode(drawer=drawer, rounding=precision.rounding(at, device_type), writes=cap.copy)
+        )
         recorded = stack.enter_context(inv.recording(model, nesting, mode) if with_inventory else nullcontext())
         phase = "forward"
         try:
-            with precision.forward(at, torch.device(device).type):
+            with precision.forward(at, device_type):
                 output = model(*args, **kwargs)
                 loss = spec.loss_fn(output)
             phase = "backward"
@@ -244,7 +246,8 @@ def train_step(
             phase = "optimizer step"
             # The step's own SGD (the updated weights are checked), not the model's optimizer: its ops are ours, as
             # the copies are, so neither the inventory nor the mode sees them (some 84 ops a GPT-2 step).
-            params = [p for p in model.parameters() if p.grad is not None]
+            with unwatched():
+                params = [p for p in model.parameters() if p.grad is not None]
             with outside(*params), recorded.unwatched() if isinstance(recorded, inv.Inventory) else nullcontext():
                 cap.copy.writing(params)  # the mode does not see these writes
                 optimizer.step()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 from typing import Any
 
 import pytest
@@ -362,3 +363,26 @@ def test_random_ops_draw_the_same_numbers_whatever_the_global_random_state() -> 
     assert sum(second.random_ops.values()) == 4 and second.random_ops["aten::rand_like.default"] == 1
     assert second.inventory is not None
     assert "aten::rand_like.default" in {r.op for r in second.inventory.records}  # the inventory sees them too
+
+
+def test_the_op_inventorys_watch_sees_no_torch_function_of_the_steps_own_bookkeeping(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Each torch function under the watch costs some 3 us: the step's own (reading gradients, the kept values, SGD)
+    stay out of it; the model's and its loss's are seen, and the backward call that starts the model's backward."""
+    seen: list[tuple[str, str]] = []
+    watched = inventory._TransformWatch.__torch_function__
+
+    def spy(self: Any, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
+        frame = sys._getframe(1)
+        while frame.f_back is not None and "/torch/" in frame.f_code.co_filename:
+            frame = frame.f_back
+        seen.append((getattr(func, "__name__", str(func)), frame.f_code.co_filename))
+        return watched(self, func, types, args, kwargs)
+
+    monkeypatch.setattr(inventory._TransformWatch, "__torch_function__", spy)
+    torch.manual_seed(0)
+    spec = ModelSpec(Twice(), (torch.randn(3, 4),), {}, lambda out: out.square().sum(), "twice")
+    capture.train_step(spec, "cpu", with_inventory=True)
+    ours = [(name, file) for name, file in seen if "smoke_tests/neuron_smoke/evaluate" in file and name != "backward"]
+    assert len(seen) > 3 and ours == []
