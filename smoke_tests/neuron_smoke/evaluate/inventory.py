@@ -51,18 +51,17 @@ _STRIDED = torch.strided
 _DTYPE = {torch.float32: "float32", torch.float64: "float64", torch.bfloat16: "bfloat16", torch.int64: "int64"}
 
 
-def _tensors(args: Any, kwargs: Any) -> list[torch.Tensor]:
-    """The tensors among an op's arguments, one list level deep (aten schemas nest no further); pytree is slower."""
-    found = []
-    for a in (*args, *kwargs.values()):
-        if isinstance(a, torch.Tensor):
-            found.append(a)
-        elif isinstance(a, list | tuple):
-            found.extend(t for t in a if isinstance(t, torch.Tensor))
-    return found
-
-
 op_name = per_op(lambda func: f"{func._schema.name}.{func._overloadname}")  # aten::addmm.default
+_SEQUENCES = (list, tuple)
+
+
+def _note_odd(rec: OpRecord, t: torch.Tensor, dtypes: set[str]) -> None:
+    """A tensor in a list argument, or one of a layout other than strided, or nested."""
+    dtypes.add(_DTYPE.get(t.dtype) or str(t.dtype).removeprefix("torch."))
+    if t.layout is not _STRIDED:
+        rec.layouts.add(str(t.layout).removeprefix("torch."))
+    if t.is_nested:
+        rec.nested = True
 
 
 _peek = torch._C._functorch.peek_interpreter_stack
@@ -87,14 +86,19 @@ class _Recorder:
         if rec is None:
             rec = self.records[key] = OpRecord(*key)
         rec.calls += 1
+        # The tensors among the op's arguments, one list level deep (aten schemas nest no further), looked at in
+        # place: asked of every op, so no list of them is made (pytree is slower still).
         dtypes = rec.dtypes
-        for t in _tensors(args, kwargs):
-            dtype = t.dtype
-            dtypes.add(_DTYPE.get(dtype) or str(dtype).removeprefix("torch."))
-            if t.layout is not _STRIDED:
-                rec.layouts.add(str(t.layout).removeprefix("torch."))
-            if t.is_nested:
-                rec.nested = True
+        for a in (*args, *kwargs.values()) if kwargs else args:
+            if isinstance(a, torch.Tensor):
+                dtype = a.dtype
+                dtypes.add(_DTYPE.get(dtype) or str(dtype).removeprefix("torch."))
+                if a.layout is not _STRIDED or a.is_nested:
+                    _note_odd(rec, a, dtypes)
+            elif type(a) in _SEQUENCES:
+                for t in a:
+                    if isinstance(t, torch.Tensor):
+                        _note_odd(rec, t, dtypes)
         return key
 
     def note_transform(self, func: Any) -> None:

@@ -131,3 +131,14 @@ def test_backward_ops_are_the_modules_whose_forward_made_them_not_the_last_one_r
     assert inv.modules_of("_softmax") == inv.modules_of("_softmax_backward_data") == attention
     assert inv.modules_of("tanh_backward") == ["transformer.h.0.mlp.act", "transformer.h.1.mlp.act"]
     assert not model.transformer.h[0].attn._forward_pre_hooks  # the recording's own hooks are gone
+
+
+def test_the_dtypes_of_tensors_in_list_and_keyword_arguments_are_noted() -> None:
+    """aten::cat takes its tensors as a list; an out= tensor is a keyword-only argument."""
+    model = nn.Identity()
+    a, out = torch.ones(2, dtype=torch.float64), torch.empty(2, dtype=torch.bfloat16)
+    with inventory.recording(model) as inv:
+        torch.cat([a, a])
+        torch.add(torch.ones(2), torch.ones(2), out=out)
+    dtypes = {inventory.normalize(r.op): r.dtypes for r in inv.records}
+    assert dtypes["cat"] == {"float64"} and dtypes["add"] == {"float32", "bfloat16"}
