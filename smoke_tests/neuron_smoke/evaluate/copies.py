@@ -14,7 +14,8 @@ A copy costs more than its call: GPT-2's instrumented step made some 120 copies 
   without the mode seeing a write (a write from another thread) is dropped from the capture and named in `lost`:
   its value when kept is gone, so it is not compared.
 
-Elsewhere (another device, a tensor subclass) `keep` copies at once, as `__call__` does.
+Elsewhere (another device, a tensor subclass, a sparse or nested tensor) `keep` copies at once, as `__call__` does; a
+write to a sparse or nested tensor copies every kept tensor first.
 """
 
 from __future__ import annotations
@@ -102,7 +103,7 @@ class Copies:
 
     def keep(self, t: torch.Tensor) -> torch.Tensor:
         """The value of `t` as it is now: on the CPU `t` itself (copied later only if the rules say so), else a copy."""
-        if t.device.type != "cpu" or type(t) not in _PLAIN:
+        if t.device.type != "cpu" or type(t) not in _PLAIN or t.layout is not torch.strided or t.is_nested:
             return self(t)
         kept = self._kept.get(id(t))
         if kept is not None and kept[0] is t and kept[1] == t._version:
@@ -117,8 +118,13 @@ class Copies:
         """Copy each kept tensor on the memory of `tensors` before they are written (a stepmode.Writes)."""
         if not self._kept:
             return
-        memories = {_memory(t) for t in tensors if t.device.type == "cpu"}
-        for key in [k for k, (t, _) in self._kept.items() if _memory(t) in memories]:
+        cpu = [t for t in tensors if t.device.type == "cpu"]
+        if any(t.layout is not torch.strided or t.is_nested for t in cpu):  # no one memory to tell: copy them all
+            chosen = list(self._kept)
+        else:
+            memories = {_memory(t) for t in cpu}
+            chosen = [k for k, (t, _) in self._kept.items() if _memory(t) in memories]
+        for key in chosen:
             self._copy_kept(key)
 
     def _copy_kept(self, key: int) -> torch.Tensor:

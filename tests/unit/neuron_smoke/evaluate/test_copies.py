@@ -161,3 +161,37 @@ def test_a_lost_value_is_named_apart_and_not_counted_missing() -> None:
     device.copy.lost.append("b")
     gone = compare.missing(device, cpu, None)
     assert gone == {"only_in_cpu_run": [], "changed_in_step": ["b"]}
+
+
+class SparseOut(nn.Module):
+    """A submodule whose output is a sparse tensor (its storage cannot be asked for)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.fc = nn.Linear(3, 3)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.fc(x).to_sparse()
+
+
+class Densify(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.inner = SparseOut()
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.inner(x).to_dense()
+
+
+def test_a_sparse_value_is_copied_when_kept_and_a_write_to_a_sparse_tensor_copies_all_kept_first() -> None:
+    torch.manual_seed(0)
+    spec = ModelSpec(Densify(), (torch.randn(2, 3),), {}, lambda out: out.sum(), "sparse-out")
+    cap = capture.train_step(spec, "cpu")
+    sparse = cap.tensors["act/inner/out/0"]
+    assert sparse.layout == torch.sparse_coo and torch.equal(sparse.to_dense(), cap.tensors["act/inner.fc/out/0"])
+    kept = copies.Copies()
+    dense, target = torch.zeros(2), torch.zeros(2).to_sparse()
+    kept.tensors["dense"] = kept.keep(dense)
+    with StepMode(writes=kept):
+        target.add_(torch.ones(2).to_sparse())
+    assert kept.tensors["dense"] is not dense  # copied before the write it could not place
