@@ -59,12 +59,17 @@ def _unreached(t: list[torch.Tensor], held: int) -> bool:
     """Whether nothing but the capture reaches the kept tensor `t[0]` or its memory. Python: its references are its
     `held` names in the capture, Copies' record of it and the list `t`. C++: its TensorImpl is held by its Python
     object alone (a view of it would hold it too), and its storage by that TensorImpl and the temporary storage object
-    asked (no other tensor on that memory). A view is not unreached: its base is another tensor on its memory."""
+    asked (no other tensor on that memory), which torch allocated for this process alone. A view is not unreached:
+    its base is another tensor on its memory."""
     if not _EXACT or not hasattr(t[0], "_use_count") or t[0]._base is not None:
         return False
     if _counts(t) != [_OWN + 1 + held]:
         return False
-    return t[0]._use_count() == 1 and bool(_storage_users(t[0].untyped_storage()._cdata) == 2)
+    storage = t[0].untyped_storage()
+    # memory torch did not allocate (numpy's, a buffer's, DLPack's) or shares with other processes is reachable
+    # without any tensor: its owner may write it
+    foreign = not storage.resizable() or storage.is_shared()
+    return t[0]._use_count() == 1 and bool(_storage_users(storage._cdata) == 2) and not foreign
 
 
 def _names(tensors: dict[str, torch.Tensor], kept: dict[int, Any]) -> dict[int, list[str]]:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import threading
 
+import numpy
 import pytest
 import torch
 from torch import nn
@@ -12,15 +13,6 @@ from torch import nn
 from neuron_smoke.evaluate import capture, compare, copies
 from neuron_smoke.evaluate.stepmode import StepMode
 from neuron_smoke.models import ModelSpec
-
-
-def _settled(values: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
-    """Keep each value, settle, and return the capture's values (the tensors given are still held here)."""
-    kept = copies.Copies()
-    for name, t in values.items():
-        kept.tensors[name] = kept.keep(t)
-    kept.settle()
-    return kept.tensors
 
 
 def test_a_cpu_tensor_only_the_capture_holds_is_kept_as_itself_detached() -> None:
@@ -35,14 +27,26 @@ def test_a_cpu_tensor_only_the_capture_holds_is_kept_as_itself_detached() -> Non
     assert a is b and a.data_ptr() == memory and not a.requires_grad and a.grad_fn is None
 
 
-def test_a_tensor_someone_else_holds_a_view_or_an_alias_is_copied_at_settle() -> None:
+def test_a_tensor_someone_else_holds_a_view_an_alias_or_foreign_memory_is_copied_at_settle() -> None:
+    """Each kept here as a temporary (no name of this test holds it), but reachable otherwise."""
     held, base, aliased = torch.ones(3), torch.ones(4), torch.ones(2)
-    values = _settled({"held": held, "view": base[1:], "alias": aliased.detach()})
-    held.add_(1)
-    base.add_(1)
-    aliased.add_(1)  # each changed after the step: the capture's values are not
-    for name in values:
-        assert bool((values[name] == 1).all()), name
+    array, buffer = numpy.ones(3, dtype=numpy.float32), bytearray(numpy.ones(2, dtype=numpy.float32).tobytes())
+    kept = copies.Copies()
+    kept.tensors["held"] = kept.keep(held)
+    kept.tensors["view"] = kept.keep(base[1:])
+    kept.tensors["alias"] = kept.keep(aliased.detach())
+    kept.tensors["numpy"] = kept.keep(torch.from_numpy(array))
+    kept.tensors["buffer"] = kept.keep(torch.frombuffer(buffer, dtype=torch.float32))
+    shared = torch.ones(2).share_memory_()  # another process may write it
+    memory = shared.data_ptr()
+    kept.tensors["shared"] = kept.keep(shared)
+    del shared
+    kept.settle()
+    for t in (held, base, aliased, torch.from_numpy(array), torch.frombuffer(buffer, dtype=torch.float32)):
+        t.add_(1)  # each changed after the step, through another tensor on the same memory: the capture's values not
+    for name, value in kept.tensors.items():
+        assert bool((value == 1).all()), name
+    assert kept.tensors["shared"].data_ptr() != memory
 
 
 def test_a_device_tensor_or_a_subclass_is_copied_when_kept() -> None:
