@@ -10,7 +10,8 @@ A copy costs more than its call: GPT-2's instrumented step made some 120 copies 
 - before the step's own SGD writes the parameters (the mode does not see it), the same is done for them;
 - when the step ends (settle), a kept tensor stays as it is only if nothing but the capture can reach it or its
   memory: no reference outside the capture, no view of it, no other tensor on its memory (a view is always copied:
-  its base is one). Otherwise it is copied then, so nothing after the step can change it. One whose version moved
+  its base is one), memory torch allocated for this process alone (not numpy's, a buffer's or shared memory).
+  Otherwise it is copied then, so nothing after the step can change it. One whose version moved
   without the mode seeing a write (a write from another thread) is dropped from the capture and named in `lost`:
   its value when kept is gone, so it is not compared.
 
@@ -49,8 +50,9 @@ def _counts(objects: list[Any]) -> list[int]:
     return [sys.getrefcount(o) for o in objects]
 
 
-# The count of an object only a list holds, as _counts reports it on this interpreter (a borrowed load, as 3.14 has,
-# counts one fewer); a free-threaded build's counts are not exact, so there nothing is taken to be unreached.
+# The count of an object only a list holds, as _counts reports it on this interpreter (measured, not assumed: an
+# interpreter that borrows a reference where another takes one counts fewer); a free-threaded build's counts are not
+# exact, so there nothing is taken to be unreached.
 _OWN = _counts([torch.empty(0)])[0]
 _EXACT = _storage_users is not None and getattr(sys, "_is_gil_enabled", lambda: True)()
 
