@@ -11,9 +11,11 @@ A copy costs more than its call: GPT-2's instrumented step made some 120 copies 
 - when the step ends (settle), a kept tensor stays as it is only if nothing but the capture can reach it or its
   memory: no reference outside the capture, no view of it, no other tensor on its memory (a view is always copied:
   its base is one), memory torch allocated for this process alone (not numpy's, a buffer's or shared memory).
-  Otherwise it is copied then, so nothing after the step can change it. One whose version moved
-  without the mode seeing a write (a write from another thread) is dropped from the capture and named in `lost`:
-  its value when kept is gone, so it is not compared.
+  Otherwise it is copied then, so nothing after the step can change it.
+
+A kept tensor whose version moved without the mode seeing a write (a write from another thread) has lost the value it
+had when kept: wherever that is found (kept again, copied, or at the step's end) its names so far are dropped from the
+capture and named in `lost`, so they are not compared.
 
 Elsewhere (another device, a tensor subclass, a sparse or nested tensor) `keep` copies at once, as `__call__` does; a
 write to a sparse or nested tensor copies every kept tensor first.
@@ -99,7 +101,7 @@ class Copies:
     def __call__(self, t: torch.Tensor) -> torch.Tensor:
         """A copy of `t` as it is now (the one made already when `t` is unchanged since)."""
         kept = self._kept.get(id(t))
-        if kept is not None and kept[0] is t and kept[1] == t._version:
+        if kept is not None and kept[0] is t:
             return self._copy_kept(id(t))
         made = self._made.get(id(t))
         if made is not None and made[0]() is t and made[1] == t._version:
@@ -113,8 +115,10 @@ class Copies:
         if t.device.type != "cpu" or type(t) not in _PLAIN or t.layout is not torch.strided or t.is_nested:
             return self(t)
         kept = self._kept.get(id(t))
-        if kept is not None and kept[0] is t and kept[1] == t._version:
-            return t
+        if kept is not None and kept[0] is t:
+            if kept[1] == t._version:
+                return t
+            self._copy_kept(id(t))  # changed behind the mode since: its earlier names lose their value
         made = self._made.get(id(t))
         if made is not None and made[0]() is t and made[1] == t._version:
             return made[2]
@@ -135,12 +139,19 @@ class Copies:
             self._copy_kept(key)
 
     def _copy_kept(self, key: int) -> torch.Tensor:
+        """A copy of a kept tensor, now under each of its names. One that changed behind the mode since it was kept
+        (its version moved) is a copy of its value now: its names lose theirs (`lost`)."""
         t, version = self._kept.pop(key)
         copy = cpu_copy(t)
-        for name, value in self.tensors.items():
-            if value is t:
+        changed = t._version != version
+        for name in [n for n, value in self.tensors.items() if value is t]:
+            if changed:
+                del self.tensors[name]
+                self.lost.append(name)
+            else:
                 self.tensors[name] = copy
-        self._made[key] = (weakref.ref(t), version, copy)
+        if not changed:
+            self._made[key] = (weakref.ref(t), version, copy)
         return copy
 
     def settle(self) -> None:

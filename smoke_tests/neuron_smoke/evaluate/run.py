@@ -121,6 +121,9 @@ def evaluate(opts: EvalOptions, spec: ModelSpec) -> int:
         except failure.StepFailed as exc:  # the same-machine CPU step
             data["failure"] = exc.finding | {"phase": f"CPU reference {exc.finding['phase']}"}
         phases.done("compare")
+    elif dev is not None and dev.copy.lost:  # nothing compared, but the report and a recording still say so
+        data["missing"] = {"changed_in_step": sorted(dev.copy.lost)}
+        _print_lost(data["missing"])
     if dev is not None and opts.record and "failure" not in data:
         _save(data, opts, dev)
         phases.done("save")
@@ -138,6 +141,8 @@ def _save(data: dict[str, Any], opts: EvalOptions, dev: capture.Capture) -> None
     assert opts.record is not None
     keys = ("model", "device", "host", "versions", "timing", "started", "inventory")
     index = {k: data[k] for k in keys} | {"precision": opts.precision, "order": dev.order}
+    if dev.copy.lost:
+        index["changed_in_step"] = sorted(dev.copy.lost)
     index |= parity.for_baseline(data.get("parity"))
     try:
         baseline.save(opts.record, index, dev.tensors, opts.full_tensor_limit)
@@ -297,9 +302,13 @@ def _compare(
         grads = ", ".join(o["layer"] for o in data["grad_origins"][ref]) or "no layer"
         print(f"  gradient error starts in {grads} (vs {ref})", flush=True)
     print(f"  tensors: {len(rows)} compared, {len(bad)} beyond rtol {rtol:g} ({opts.precision})", flush=True)
-    if data["missing"].get("changed_in_step"):
-        print(f"  not compared (written during the step where the capture could not see it): "
-              f"{', '.join(data['missing']['changed_in_step'])}", flush=True)  # fmt: skip
+    _print_lost(data["missing"])
+
+
+def _print_lost(missing: dict[str, list[str]]) -> None:
+    if missing.get("changed_in_step"):
+        print(f"  not kept (written during the step where the capture could not see it): "
+              f"{', '.join(missing['changed_in_step'])}", flush=True)  # fmt: skip
 
 
 def _print_timing(t: dict[str, Any]) -> None:

@@ -88,6 +88,22 @@ def test_a_tensor_written_where_the_mode_cannot_see_is_dropped_and_named_lost() 
     assert "act/m/out/0" not in kept.tensors and kept.lost == ["act/m/out/0"]
 
 
+def test_a_tensor_found_changed_behind_the_mode_when_kept_again_or_copied_loses_its_earlier_names() -> None:
+    kept = copies.Copies()
+    a, b = torch.zeros(2), torch.zeros(2)
+    kept.tensors["a/1"] = kept.keep(a)
+    kept.tensors["b/1"] = kept.keep(b)
+    for t in (a, b):
+        worker = threading.Thread(target=t.add_, args=(1,))  # no step mode on this thread
+        worker.start()
+        worker.join()
+    kept.tensors["a/2"] = kept.keep(a)  # the value a later module read: kept
+    kept.tensors["b/2"] = kept(b)  # a copy asked for now: of the value now
+    kept.settle()
+    assert sorted(kept.lost) == ["a/1", "b/1"] and sorted(kept.tensors) == ["a/2", "b/2"]
+    assert bool((kept.tensors["a/2"] == 1).all()) and bool((kept.tensors["b/2"] == 1).all())
+
+
 class Stashing(nn.Module):
     """Keeps its last output (as a cache might) and changes it in place on its next call."""
 

@@ -4,6 +4,7 @@ refusals before any step runs, and the exit code's rules."""
 from __future__ import annotations
 
 import json
+import threading
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 from typing import Any
@@ -166,3 +167,38 @@ def test_a_curve_that_leaves_the_baselines_is_not_ready_and_names_the_step(tmp_p
     data = json.loads((tmp_path / "r.json").read_text())
     assert (data["parity"]["diverged_at"], data["parity"]["source"]) == (3, "environment")
     assert data["verdict"]["counts"]["numerics"] == 1 and all(r["ok"] for r in data["tensors"])
+
+
+class WrittenElsewhere(torch.nn.Module):
+    """Writes its first layer's output from another thread, where the step's dispatch mode does not see the write."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.fc = torch.nn.Linear(4, 4)
+        self.head = torch.nn.Linear(4, 1)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        hidden = self.fc(x)
+        with torch.no_grad():
+            worker = threading.Thread(target=lambda: hidden.mul_(2))
+            worker.start()
+            worker.join()
+        out: torch.Tensor = self.head(hidden)
+        return out
+
+
+def test_a_value_written_where_the_capture_cannot_see_is_named_in_the_record_and_not_counted(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    torch.manual_seed(0)
+    spec = ModelSpec(WrittenElsewhere(), (torch.randn(3, 4),), {}, lambda out: out.sum(), "written")
+    assert run.evaluate(_opts(record=tmp_path / "b"), spec) == EXIT_OK
+    index = json.loads((tmp_path / "b" / "index.json").read_text())
+    report = json.loads((tmp_path / "b" / "report.json").read_text())
+    lost = ["act/fc/out/0"]  # as fc returned it; head's input is the value head read, and is kept
+    assert index["changed_in_step"] == lost and report["missing"] == {"changed_in_step": lost}
+    assert "act/head/in/0" in index["tensors"] and "act/fc/out/0" not in index["tensors"]
+    assert report["verdict"]["answer"] == "ready"
+    assert (
+        "not kept (written during the step where the capture could not see it): act/fc/out/0" in capsys.readouterr().out
+    )
