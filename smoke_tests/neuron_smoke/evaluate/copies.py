@@ -95,7 +95,8 @@ class Copies:
     def __init__(self, tensors: dict[str, torch.Tensor] | None = None) -> None:
         self.tensors = tensors if tensors is not None else {}
         self._made: dict[int, tuple[weakref.ref[torch.Tensor], int, torch.Tensor]] = {}
-        self._kept: dict[int, tuple[torch.Tensor, int]] = {}  # id -> (a tensor kept as itself, its version then)
+        # id -> (a tensor kept as itself, its version then, where its storage starts: asked once, not at every write)
+        self._kept: dict[int, tuple[torch.Tensor, int, int]] = {}
         self.lost: list[str] = []  # names whose values changed behind the mode (module docstring)
 
     def __call__(self, t: torch.Tensor) -> torch.Tensor:
@@ -103,9 +104,9 @@ class Copies:
         kept = self._kept.get(id(t))
         if kept is not None and kept[0] is t:
             return self._copy_kept(id(t))
-        made = self._made.get(id(t))
-        if made is not None and made[0]() is t and made[1] == t._version:
-            return made[2]
+        made = self._made_already(t)
+        if made is not None:
+            return made
         copy = cpu_copy(t)
         self._made[id(t)] = (weakref.ref(t), t._version, copy)
         return copy
@@ -119,11 +120,16 @@ class Copies:
             if kept[1] == t._version:
                 return t
             self._copy_kept(id(t))  # changed behind the mode since: its earlier names lose their value
-        made = self._made.get(id(t))
-        if made is not None and made[0]() is t and made[1] == t._version:
-            return made[2]
-        self._kept[id(t)] = (t, t._version)
+        made = self._made_already(t)
+        if made is not None:
+            return made
+        self._kept[id(t)] = (t, t._version, _memory(t))
         return t
+
+    def _made_already(self, t: torch.Tensor) -> torch.Tensor | None:
+        """The copy made of `t` already, if `t` is unchanged since."""
+        made = self._made.get(id(t))
+        return made[2] if made is not None and made[0]() is t and made[1] == t._version else None
 
     def writing(self, tensors: Sequence[torch.Tensor]) -> None:
         """Copy each kept tensor on the memory of `tensors` before they are written (a stepmode.Writes)."""
@@ -134,25 +140,29 @@ class Copies:
             chosen = list(self._kept)
         else:
             memories = {_memory(t) for t in cpu}
-            chosen = [k for k, (t, _) in self._kept.items() if _memory(t) in memories]
+            chosen = [k for k, (_, _, memory) in self._kept.items() if memory in memories]
         for key in chosen:
             self._copy_kept(key)
 
     def _copy_kept(self, key: int) -> torch.Tensor:
         """A copy of a kept tensor, now under each of its names. One that changed behind the mode since it was kept
         (its version moved) is a copy of its value now: its names lose theirs (`lost`)."""
-        t, version = self._kept.pop(key)
+        t, version, _ = self._kept.pop(key)
         copy = cpu_copy(t)
-        changed = t._version != version
-        for name in [n for n, value in self.tensors.items() if value is t]:
-            if changed:
-                del self.tensors[name]
-                self.lost.append(name)
-            else:
-                self.tensors[name] = copy
-        if not changed:
-            self._made[key] = (weakref.ref(t), version, copy)
+        names = [n for n, value in self.tensors.items() if value is t]
+        if t._version != version:
+            self._lose(names)
+            return copy
+        for name in names:
+            self.tensors[name] = copy
+        self._made[key] = (weakref.ref(t), version, copy)
         return copy
+
+    def _lose(self, names: list[str]) -> None:
+        """Names whose value changed behind the mode: dropped from the capture, listed in `lost`."""
+        for name in names:
+            del self.tensors[name]
+        self.lost.extend(names)
 
     def settle(self) -> None:
         """At the step's end: copy the kept tensors something else can still reach; drop those changed behind the
@@ -162,9 +172,7 @@ class Copies:
         names = _names(self.tensors, kept)  # a function: no name here is left holding a tensor
         changed = [key for key in names if kept[key][0]._version != kept[key][1]]
         for key in changed:
-            for name in names.pop(key):
-                del self.tensors[name]
-                self.lost.append(name)
+            self._lose(names.pop(key))
         for key, where in names.items():
             one = [kept[key][0]]
             value = one[0].detach() if _unreached(one, len(where)) else cpu_copy(one[0])
