@@ -28,7 +28,7 @@ from neuron_torch.matrix import Matrix, load_matrix
 from neuron_torch.render_ansible import ansible_data, ansible_vars_path
 from tests import REPO_ROOT, load_module
 from tests.testbed import aptrepo
-from tests.testbed import folder as testbed_folder
+from tests.testbed import folder as bed_folder
 
 REPO = REPO_ROOT
 ANSIBLE = REPO / "ansible"
@@ -66,7 +66,7 @@ def docker_ready() -> None:
 
 
 def find_testbed() -> Path:
-    folder = testbed_folder()
+    folder = bed_folder()
     if not (folder / "mirror.toml").is_file() or not (folder / "locks" / f"{TEST_CELL}.txt").is_file():
         pytest.skip(f"no built test bed at {folder} (mirror.toml, locks/{TEST_CELL}.txt): run scripts/testbed.sh build")
     try:
