@@ -39,13 +39,14 @@ def _csv(value: str) -> list[str]:
     return [v.strip() for v in value.split(",") if v.strip()]
 
 
-def _positive(kind: Callable[[str], float]) -> Callable[[str], float]:
+def positive(kind: Callable[[str], float]) -> Callable[[str], float]:
     def parse(value: str) -> float:
         number = kind(value)
         if not number > 0 or not math.isfinite(number):  # nan compares false both ways
             raise argparse.ArgumentTypeError(f"must be a finite number > 0: {value}")
         return number
 
+    parse.__name__ = kind.__name__  # argparse names it in "invalid int value: 'x'"
     return parse
 
 
@@ -60,7 +61,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--cell", help="cell ID, resolved with `neuron-torch cell ID --json`")
     p.add_argument("--cell-file", help="cell JSON file (pins); see the README for the order of sources")
     p.add_argument("--instance-type", help="instance type for the expected device count (default: from IMDS)")
-    p.add_argument("--expected-devices", type=_positive(int), help="expected device count (overrides the table)")
+    p.add_argument("--expected-devices", type=positive(int), help="expected device count (overrides the table)")
     p.add_argument("--allow-fallback", type=_csv, default=[], metavar="OP1,OP2", help="ops allowed to run on the CPU")
     p.add_argument(
         "--model",
@@ -69,7 +70,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--report", type=Path, metavar="FILE", help="write the JSON report here")
     p.add_argument("--junit", type=Path, metavar="FILE", help="write JUnit XML here")
-    p.add_argument("--timeout", type=_positive(float), default=300.0, metavar="SECONDS", help="per stage (300)")
+    p.add_argument("--timeout", type=positive(float), default=300.0, metavar="SECONDS", help="per stage (300)")
     p.add_argument(
         "--stages",
         type=_csv,
@@ -88,15 +89,15 @@ def build_parser() -> argparse.ArgumentParser:
 
 def _add_tuning(p: argparse.ArgumentParser) -> None:
     """The options that tune the stages: timing, bounds, floors, the collectives' ranks."""
-    p.add_argument("--iterations", type=_positive(int), default=10, help="timed calls for steady state (10)")
+    p.add_argument("--iterations", type=positive(int), default=10, help="timed calls for steady state (10)")
     p.add_argument("--warmup", type=int, default=3, help="untimed calls before timing (3)")
-    p.add_argument("--throughput-size", type=_positive(int), help="N for the NxNxN throughput matmul")
-    p.add_argument("--peak-tflops", type=_positive(float), help="device peak TFLOP/s for the throughput dtype")
+    p.add_argument("--throughput-size", type=positive(int), help="N for the NxNxN throughput matmul")
+    p.add_argument("--peak-tflops", type=positive(float), help="device peak TFLOP/s for the throughput dtype")
     p.add_argument("--compile-backend", help="override the backend table's torch.compile backend")
-    p.add_argument("--matmul-tolerance-scale", type=_positive(float), default=1.0, help="multiplies the bound (1)")
+    p.add_argument("--matmul-tolerance-scale", type=positive(float), default=1.0, help="multiplies the bound (1)")
     p.add_argument(
         "--model-rtol",
-        type=_positive(float),
+        type=positive(float),
         help="model/compile normwise rtol (default: from the dtype computed and the reduction size)",
     )
     p.add_argument(

@@ -116,6 +116,18 @@ def test_a_bound_that_is_not_a_finite_positive_number_is_refused(
     assert f"--model-rtol: must be a finite number > 0: {value}" in capsys.readouterr().err
 
 
+@pytest.mark.parametrize(("option", "kind"), [("--iterations", "int"), ("--model-rtol", "float")])
+def test_a_number_that_does_not_parse_is_named_with_its_kind(
+    option: str, kind: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from neuron_smoke import cli
+
+    with pytest.raises(SystemExit) as exc:
+        cli.main(["--device", "cpu", "--model", MLP, "--record", "b", option, "x"])
+    assert exc.value.code == EXIT_USAGE
+    assert f"argument {option}: invalid {kind} value: 'x'" in capsys.readouterr().err
+
+
 def test_shapes_the_model_cannot_take_are_refused_before_any_step(monkeypatch: pytest.MonkeyPatch) -> None:
     from neuron_smoke import models
     from neuron_smoke.evaluate import capture, run
