@@ -13,7 +13,8 @@ instrumented step, apart. Each row adds one part to the row above it, and all ro
                  own SGD and the copies of its weights, gradients, loss and output
   + activations  each module call's inputs and outputs and the gradients at them (capture._Keeper)
   + inventory    the op inventory (a note per op, the torch-function watch)
-  + rounding     the matmul inputs rounded as the precision says: the instrumented step as the evaluation runs it
+  + precision    the step at the evaluation's precision (bf16-matmul: the matmul inputs rounded; bf16-autocast:
+                 the forward under autocast): the instrumented step as the evaluation runs it
 
 Each row is the median of --rounds, in ms and in bare steps, with what it adds to the row above. Prints numbers; it
 is not a pass/fail test.
@@ -36,17 +37,22 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "smoke_tests"))
 import torch
 
 from neuron_smoke import models, release_facts
-from neuron_smoke.evaluate import capture
+from neuron_smoke.cli import positive
+from neuron_smoke.errors import UsageError
+from neuron_smoke.evaluate import capture, precision
 from neuron_smoke.evaluate.stepmode import StepMode
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--model", default="neuron_smoke.examples.gpt2:factory")
-    parser.add_argument("--rounds", type=int, default=60)
-    parser.add_argument("--precision", default=None, help="the evaluation's --precision (default: the release's)")
+    parser.add_argument("--rounds", type=positive(int), default=60)
+    parser.add_argument("--precision", choices=sorted(precision.DTYPE), help="default: the release's")
     args = parser.parse_args()
-    spec = models.load(args.model)
+    try:
+        spec = models.load(args.model)
+    except UsageError as exc:
+        parser.error(str(exc))
     at = args.precision or release_facts.default_precision()
     moved = capture.move(spec.model, "cpu")
     model = moved[0]
@@ -73,7 +79,7 @@ def main() -> int:
         "step": step(activations=False, with_inventory=False, at="fp32"),
         "+ activations": step(activations=True, with_inventory=False, at="fp32"),
         "+ inventory": step(activations=True, with_inventory=True, at="fp32"),
-        f"+ rounding ({at})": step(activations=True, with_inventory=True, at=at),
+        f"+ precision ({at})": step(activations=True, with_inventory=True, at=at),
     }
     for _ in range(5):  # untimed: lazy initialisation, the allocator's first sizes
         for run in rows.values():
@@ -88,7 +94,7 @@ def main() -> int:
     before = None
     for name, ms in medians.items():
         added = "" if before is None else f"   adds {ms - before:+6.2f} ms"
-        print(f"  {name:24s} {ms:7.2f} ms = {ms / base:5.2f} bare steps{added}")
+        print(f"  {name:28s} {ms:7.2f} ms = {ms / base:5.2f} bare steps{added}")
         before = ms
     return 0
 

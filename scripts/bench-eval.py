@@ -32,7 +32,9 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "smoke_tests"))
 
 from neuron_smoke import models
-from neuron_smoke.backends import resolve
+from neuron_smoke.backends import BACKENDS, resolve
+from neuron_smoke.cli import positive
+from neuron_smoke.errors import UsageError
 from neuron_smoke.evaluate import capture
 from neuron_smoke.evaluate.run import EvalOptions, evaluate
 
@@ -55,14 +57,22 @@ def timed_eval(opts: EvalOptions, spec: models.ModelSpec) -> tuple[float, dict[s
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--model", default="neuron_smoke.examples.gpt2:factory")
-    parser.add_argument("--device", default="cpu")
-    parser.add_argument("--repeat", type=int, default=9)
-    parser.add_argument("--iterations", type=int, default=10)
+    parser.add_argument("--device", default="cpu", choices=["auto", *sorted(BACKENDS)])
+    parser.add_argument("--repeat", type=positive(int), default=9)
+    parser.add_argument("--iterations", type=positive(int), default=10)
     parser.add_argument("--warmup", type=int, default=3)
     args = parser.parse_args()
-    spec = models.load(args.model)
+    if args.warmup < 0:
+        parser.error(f"argument --warmup: must be 0 or more: {args.warmup}")
+    try:
+        spec = models.load(args.model)
+    except UsageError as exc:
+        parser.error(str(exc))
     backend = resolve(args.device)
-    backend.import_module()
+    try:
+        backend.import_module()
+    except ImportError as exc:
+        parser.error(f"{backend.name}: cannot import {backend.module}: {exc}. {backend.missing_help}")
     device = backend.device_type
     steps = 1 + args.warmup + args.iterations
     capture.run_bare(spec, device, 1, backend.synchronize)  # untimed: lazy initialisation of both sides
