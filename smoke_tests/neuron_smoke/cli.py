@@ -128,6 +128,8 @@ def parse_options(argv: Sequence[str] | None) -> tuple[Options, argparse.Namespa
         raise UsageError(f"--stages: unknown stage(s) {', '.join(unknown)}; known: {', '.join(registry.NAMES)}")
     if args.nproc < 2:
         raise UsageError("--nproc must be at least 2")
+    if args.warmup < 0:
+        raise UsageError(f"--warmup must be 0 or more: {args.warmup}")
     if not 0 <= args.throughput_floor < 100:
         raise UsageError(f"--throughput-floor must be a percentage in [0, 100): {args.throughput_floor:g}")
     args.device = validate.device(args)

@@ -128,6 +128,13 @@ def test_a_number_that_does_not_parse_is_named_with_its_kind(
     assert f"argument {option}: invalid {kind} value: 'x'" in capsys.readouterr().err
 
 
+def test_a_negative_warmup_is_refused(capsys: pytest.CaptureFixture[str]) -> None:
+    from neuron_smoke import cli
+
+    assert cli.main(["--device", "cpu", "--model", MLP, "--record", "b", "--warmup", "-1"]) == EXIT_USAGE
+    assert "--warmup must be 0 or more: -1" in capsys.readouterr().err
+
+
 def test_shapes_the_model_cannot_take_are_refused_before_any_step(monkeypatch: pytest.MonkeyPatch) -> None:
     from neuron_smoke import models
     from neuron_smoke.evaluate import capture, run
