@@ -37,7 +37,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "smoke_tests"))
 import torch
 
 from neuron_smoke import models, release_facts
-from neuron_smoke.cli import positive
+from neuron_smoke.argtypes import positive
 from neuron_smoke.errors import UsageError
 from neuron_smoke.evaluate import capture, precision
 from neuron_smoke.evaluate.stepmode import StepMode

@@ -32,8 +32,8 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "smoke_tests"))
 
 from neuron_smoke import models
+from neuron_smoke.argtypes import positive
 from neuron_smoke.backends import BACKENDS, resolve
-from neuron_smoke.cli import positive
 from neuron_smoke.errors import UsageError
 from neuron_smoke.evaluate import capture
 from neuron_smoke.evaluate.run import EvalOptions, evaluate

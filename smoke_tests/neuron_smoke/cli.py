@@ -3,14 +3,14 @@
 from __future__ import annotations
 
 import argparse
-import math
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from neuron_cell.boundary import OneLineParser, clip, guard
 from neuron_smoke import EXIT_USAGE, output, registry, validate
+from neuron_smoke.argtypes import positive
 from neuron_smoke.context import Options
 from neuron_smoke.errors import UsageError
 from neuron_smoke.launchers import LAUNCHERS, Launcher
@@ -37,17 +37,6 @@ is a usage error (exit 2). Both sides of the comparison run with dropout disable
 
 def _csv(value: str) -> list[str]:
     return [v.strip() for v in value.split(",") if v.strip()]
-
-
-def positive(kind: Callable[[str], float]) -> Callable[[str], float]:
-    def parse(value: str) -> float:
-        number = kind(value)
-        if not number > 0 or not math.isfinite(number):  # nan compares false both ways
-            raise argparse.ArgumentTypeError(f"must be a finite number > 0: {value}")
-        return number
-
-    parse.__name__ = kind.__name__  # argparse names it in "invalid int value: 'x'"
-    return parse
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -7,17 +7,11 @@ import sys
 from pathlib import Path
 
 from neuron_smoke import EXIT_USAGE
+from neuron_smoke.argtypes import positive
 from neuron_smoke.context import Options
 from neuron_smoke.errors import UsageError
 from neuron_smoke.evaluate import PRECISIONS, steps
 from neuron_smoke.evaluate.shapes import SWEEP_STEPS
-
-
-def _positive_int(value: str) -> int:
-    number = int(value)
-    if number <= 0:
-        raise argparse.ArgumentTypeError(f"must be > 0: {value}")
-    return number
 
 
 def _fail_on(value: str) -> tuple[str, ...]:
@@ -36,7 +30,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     g.add_argument("--shapes", metavar="1x128,8x128", help="the compiled training step at each input shape (see below)")
     g.add_argument(
         "--sweep-steps",
-        type=_positive_int,
+        type=positive(int),
         metavar="N",
         help=f"timed steps per --shapes shape for p50/p95 ({SWEEP_STEPS})",
     )
@@ -62,7 +56,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     )
     g.add_argument(
         "--full-tensor-limit",
-        type=_positive_int,
+        type=positive(int),
         metavar="N",
         help="tensors above N elements are stored as summaries with a fixed random projection (1048576)",
     )

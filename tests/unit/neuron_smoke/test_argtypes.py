@@ -1,0 +1,37 @@
+"""neuron_smoke.argtypes: the argparse types the command lines share."""
+
+from __future__ import annotations
+
+import argparse
+
+import pytest
+
+from neuron_smoke.argtypes import positive
+
+
+def test_positive_takes_numbers_over_zero_of_its_kind() -> None:
+    assert positive(int)("3") == 3 and isinstance(positive(int)("3"), int)
+    assert positive(float)("0.5") == 0.5
+
+
+@pytest.mark.parametrize(
+    ("kind", "value", "message"),
+    [
+        (int, "0", "must be > 0: 0"),
+        (int, "-2", "must be > 0: -2"),
+        (float, "0", "must be a finite number > 0: 0"),
+        (float, "nan", "must be a finite number > 0: nan"),  # nan compares false both ways
+        (float, "inf", "must be a finite number > 0: inf"),
+    ],
+)
+def test_positive_refuses_zero_negative_and_non_finite(kind: type, value: str, message: str) -> None:
+    with pytest.raises(argparse.ArgumentTypeError, match=message):
+        positive(kind)(value)
+
+
+def test_a_value_that_does_not_parse_is_named_with_its_kind_by_argparse(capsys: pytest.CaptureFixture[str]) -> None:
+    parser = argparse.ArgumentParser(prog="tool")
+    parser.add_argument("--n", type=positive(int))
+    with pytest.raises(SystemExit):
+        parser.parse_args(["--n", "x"])
+    assert "argument --n: invalid int value: 'x'" in capsys.readouterr().err
