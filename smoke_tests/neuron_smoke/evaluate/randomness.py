@@ -17,7 +17,7 @@ import torch
 from torch.utils import _pytree as pytree
 
 from neuron_smoke.evaluate.inventory import op_name
-from neuron_smoke.evaluate.stepmode import per_op
+from neuron_smoke.evaluate.stepmode import per_op, written_places
 
 SEED = 0
 SEEDED = torch.Tag.nondeterministic_seeded
@@ -83,11 +83,9 @@ class SameRandom:
     def _results(func: Any, args: Any, kwargs: Any, cpu: Any, out: Any, device: torch.device) -> Any:
         """Mutated arguments written back on their device; results moved there (an in-place op returns its self)."""
         mutated = None
-        for i, arg in enumerate(func._schema.arguments):
-            if arg.alias_info is None or not arg.alias_info.is_write:
-                continue
-            original = args[i] if i < len(args) else kwargs.get(arg.name)
-            copy = cpu[0][i] if i < len(args) else cpu[1].get(arg.name)
+        for i, name in written_places(func):
+            original = args[i] if i < len(args) else kwargs.get(name)
+            copy = cpu[0][i] if i < len(args) else cpu[1].get(name)
             if isinstance(original, torch.Tensor) and copy is not original:
                 original.copy_(copy)
             mutated = original if mutated is None else mutated
