@@ -32,7 +32,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "smoke_tests"))
 
 from neuron_smoke import models
-from neuron_smoke.argtypes import positive
+from neuron_smoke.argtypes import non_negative, positive
 from neuron_smoke.backends import BACKENDS, resolve
 from neuron_smoke.errors import UsageError
 from neuron_smoke.evaluate import capture
@@ -60,10 +60,8 @@ def main() -> int:
     parser.add_argument("--device", default="cpu", choices=["auto", *sorted(BACKENDS)])
     parser.add_argument("--repeat", type=positive(int), default=9)
     parser.add_argument("--iterations", type=positive(int), default=10)
-    parser.add_argument("--warmup", type=int, default=3)
+    parser.add_argument("--warmup", type=non_negative(int), default=3)
     args = parser.parse_args()
-    if args.warmup < 0:
-        parser.error(f"argument --warmup: must be 0 or more: {args.warmup}")
     try:
         spec = models.load(args.model)
     except UsageError as exc:

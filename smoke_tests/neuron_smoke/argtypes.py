@@ -9,13 +9,23 @@ from collections.abc import Callable
 
 def positive(kind: Callable[[str], float]) -> Callable[[str], float]:
     """A number of `kind` (int or float) over 0; a float must be finite too (nan compares false both ways)."""
+    return _bounded(kind, lambda n: n > 0, "> 0", "a finite number > 0")
+
+
+def non_negative(kind: Callable[[str], float]) -> Callable[[str], float]:
+    """A number of `kind` (int or float) of 0 or more (a count of warm-up steps); a float must be finite too."""
+    return _bounded(kind, lambda n: n >= 0, "0 or more", "a finite number, 0 or more")
+
+
+def _bounded(
+    kind: Callable[[str], float], within: Callable[[float], bool], as_int: str, as_float: str
+) -> Callable[[str], float]:
+    """`kind`'s parse, refusing a number not `within` the bound (said `as_int` or `as_float`, by the kind)."""
 
     def parse(value: str) -> float:
         number = kind(value)
-        if not number > 0 or not math.isfinite(number):
-            raise argparse.ArgumentTypeError(
-                f"must be > 0: {value}" if kind is int else f"must be a finite number > 0: {value}"
-            )
+        if not within(number) or not math.isfinite(number):
+            raise argparse.ArgumentTypeError(f"must be {as_int if kind is int else as_float}: {value}")
         return number
 
     parse.__name__ = kind.__name__  # argparse names it in "invalid int value: 'x'"

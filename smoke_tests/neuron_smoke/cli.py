@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING
 
 from neuron_cell.boundary import OneLineParser, clip, guard
 from neuron_smoke import EXIT_USAGE, output, registry, validate
-from neuron_smoke.argtypes import positive
+from neuron_smoke.argtypes import non_negative, positive
 from neuron_smoke.context import Options
 from neuron_smoke.errors import UsageError
 from neuron_smoke.launchers import LAUNCHERS, Launcher
@@ -79,7 +79,7 @@ def build_parser() -> argparse.ArgumentParser:
 def _add_tuning(p: argparse.ArgumentParser) -> None:
     """The options that tune the stages: timing, bounds, floors, the collectives' ranks."""
     p.add_argument("--iterations", type=positive(int), default=10, help="timed calls for steady state (10)")
-    p.add_argument("--warmup", type=int, default=3, help="untimed calls before timing (3)")
+    p.add_argument("--warmup", type=non_negative(int), default=3, help="untimed calls before timing (3)")
     p.add_argument("--throughput-size", type=positive(int), help="N for the NxNxN throughput matmul")
     p.add_argument("--peak-tflops", type=positive(float), help="device peak TFLOP/s for the throughput dtype")
     p.add_argument("--compile-backend", help="override the backend table's torch.compile backend")
@@ -117,8 +117,6 @@ def parse_options(argv: Sequence[str] | None) -> tuple[Options, argparse.Namespa
         raise UsageError(f"--stages: unknown stage(s) {', '.join(unknown)}; known: {', '.join(registry.NAMES)}")
     if args.nproc < 2:
         raise UsageError("--nproc must be at least 2")
-    if args.warmup < 0:
-        raise UsageError(f"--warmup must be 0 or more: {args.warmup}")
     if not 0 <= args.throughput_floor < 100:
         raise UsageError(f"--throughput-floor must be a percentage in [0, 100): {args.throughput_floor:g}")
     args.device = validate.device(args)

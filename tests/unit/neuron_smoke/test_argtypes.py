@@ -6,7 +6,7 @@ import argparse
 
 import pytest
 
-from neuron_smoke.argtypes import positive
+from neuron_smoke.argtypes import non_negative, positive
 
 
 def test_positive_takes_numbers_over_zero_of_its_kind() -> None:
@@ -27,6 +27,26 @@ def test_positive_takes_numbers_over_zero_of_its_kind() -> None:
 def test_positive_refuses_zero_negative_and_non_finite(kind: type, value: str, message: str) -> None:
     with pytest.raises(argparse.ArgumentTypeError, match=message):
         positive(kind)(value)
+
+
+def test_non_negative_takes_zero_and_more_of_its_kind() -> None:
+    assert non_negative(int)("0") == 0 and isinstance(non_negative(int)("0"), int)
+    assert non_negative(int)("3") == 3
+    assert non_negative(float)("0") == 0.0
+
+
+@pytest.mark.parametrize(
+    ("kind", "value", "message"),
+    [
+        (int, "-1", "must be 0 or more: -1"),
+        (float, "-0.5", "must be a finite number, 0 or more: -0.5"),
+        (float, "nan", "must be a finite number, 0 or more: nan"),
+        (float, "inf", "must be a finite number, 0 or more: inf"),
+    ],
+)
+def test_non_negative_refuses_negative_and_non_finite(kind: type, value: str, message: str) -> None:
+    with pytest.raises(argparse.ArgumentTypeError, match=message):
+        non_negative(kind)(value)
 
 
 def test_a_value_that_does_not_parse_is_named_with_its_kind_by_argparse(capsys: pytest.CaptureFixture[str]) -> None:

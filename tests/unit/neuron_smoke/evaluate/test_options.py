@@ -131,8 +131,10 @@ def test_a_number_that_does_not_parse_is_named_with_its_kind(
 def test_a_negative_warmup_is_refused(capsys: pytest.CaptureFixture[str]) -> None:
     from neuron_smoke import cli
 
-    assert cli.main(["--device", "cpu", "--model", MLP, "--record", "b", "--warmup", "-1"]) == EXIT_USAGE
-    assert "--warmup must be 0 or more: -1" in capsys.readouterr().err
+    with pytest.raises(SystemExit) as exc:
+        cli.main(["--device", "cpu", "--model", MLP, "--record", "b", "--warmup", "-1"])
+    assert exc.value.code == EXIT_USAGE
+    assert "argument --warmup: must be 0 or more: -1" in capsys.readouterr().err
 
 
 def test_shapes_the_model_cannot_take_are_refused_before_any_step(monkeypatch: pytest.MonkeyPatch) -> None:
