@@ -39,7 +39,7 @@ import torch
 from neuron_smoke import models, release_facts
 from neuron_smoke.argtypes import positive
 from neuron_smoke.errors import UsageError
-from neuron_smoke.evaluate import capture, precision
+from neuron_smoke.evaluate import PRECISIONS, capture
 from neuron_smoke.evaluate.stepmode import StepMode
 
 
@@ -47,7 +47,7 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--model", default="neuron_smoke.examples.gpt2:factory")
     parser.add_argument("--rounds", type=positive(int), default=60)
-    parser.add_argument("--precision", choices=sorted(precision.DTYPE), help="default: the release's")
+    parser.add_argument("--precision", choices=PRECISIONS, help="default: the release's")
     args = parser.parse_args()
     try:
         spec = models.load(args.model)

@@ -31,9 +31,9 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "smoke_tests"))
 
-from neuron_smoke import models
+from neuron_smoke import models, validate
 from neuron_smoke.argtypes import non_negative, positive
-from neuron_smoke.backends import BACKENDS, resolve
+from neuron_smoke.backends import resolve
 from neuron_smoke.errors import UsageError
 from neuron_smoke.evaluate import capture
 from neuron_smoke.evaluate.run import EvalOptions, evaluate
@@ -57,7 +57,7 @@ def timed_eval(opts: EvalOptions, spec: models.ModelSpec) -> tuple[float, dict[s
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--model", default="neuron_smoke.examples.gpt2:factory")
-    parser.add_argument("--device", default="cpu", choices=["auto", *sorted(BACKENDS)])
+    parser.add_argument("--device", default="cpu", choices=validate.DEVICES)
     parser.add_argument("--repeat", type=positive(int), default=9)
     parser.add_argument("--iterations", type=positive(int), default=10)
     parser.add_argument("--warmup", type=non_negative(int), default=3)
