@@ -10,6 +10,7 @@ one task per node (`SLURM_NTASKS` = `SLURM_NNODES`). Every environment value is 
 from __future__ import annotations
 
 import argparse
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -80,8 +81,8 @@ def from_args(args: argparse.Namespace, env: Mapping[str, str]) -> ClusterSpec |
     """The multi-node settings, or None for a single-host run (no multi-node flag given)."""
     if all(getattr(args, name) is None for name in FLAGS):
         return None
-    if not args.join_timeout > 0:
-        raise UsageError(f"--join-timeout must be > 0 seconds: {args.join_timeout:g}")
+    if not args.join_timeout > 0 or not math.isfinite(args.join_timeout):  # inf: no store takes it as its timeout
+        raise UsageError(f"--join-timeout must be > 0 seconds, and finite: {args.join_timeout:g}")
     sources: dict[str, str] = {}
     nnodes = _value(args.nnodes, "--nnodes", ("SLURM_NNODES", "WORLD_SIZE"), env, sources, "nnodes")
     if nnodes is None:

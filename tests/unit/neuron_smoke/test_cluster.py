@@ -73,6 +73,7 @@ def test_one_node_needs_no_rank_or_master() -> None:
         (("--nnodes", "2", "--node-rank", "1", "--master", "::1:5"), {}, r"write an IPv6 address as \[ADDR\]:PORT"),
         (("--nnodes", "2", "--node-rank", "1", "--master", ":5"), {}, "needs a host name"),
         (("--nnodes", "2", "--join-timeout", "0"), {}, "--join-timeout must be > 0"),
+        (("--nnodes", "2", "--join-timeout", "inf"), {}, "--join-timeout must be > 0 seconds, and finite: inf"),
         (("--report-dir", "r"), {"SLURM_NNODES": "2", "SLURM_NTASKS": "4"}, "srun --ntasks-per-node=1"),
         (
             ("--report-dir", "r"),
