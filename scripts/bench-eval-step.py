@@ -25,6 +25,7 @@ Usage: scripts/bench-eval-step.py [--model PKG.MOD:FACTORY] [--rounds N] [--prec
 from __future__ import annotations
 
 import argparse
+import platform
 import statistics
 import sys
 import time
@@ -90,7 +91,8 @@ def main() -> int:
             times[name].append(run())
     medians = {name: statistics.median(t) * 1e3 for name, t in times.items()}
     base = medians["bare"]
-    print(f"model {spec.name} on cpu, precision {at}: the instrumented step part by part (median of {args.rounds})")
+    print(f"model {spec.name} on cpu (Python {platform.python_version()}, torch {torch.__version__}), precision {at}: "
+          f"the instrumented step part by part (median of {args.rounds})")  # fmt: skip
     before = None
     for name, ms in medians.items():
         added = "" if before is None else f"   adds {ms - before:+6.2f} ms"

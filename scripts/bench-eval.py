@@ -22,6 +22,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import io
+import platform
 import statistics
 import sys
 import tempfile
@@ -30,6 +31,8 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "smoke_tests"))
+
+import torch
 
 from neuron_smoke import models, validate
 from neuron_smoke.argtypes import non_negative, positive
@@ -85,7 +88,8 @@ def main() -> int:
             out = Path(tmp) / f"compare-{i}"
             runs["baseline"].append(timed_eval(EvalOptions(baseline=base_dir, out_dir=out, **common), spec))
     bare_s = statistics.median(bare)
-    print(f"model {spec.name} on {backend.name}: {steps} bare steps {bare_s:.3f} s (median of {args.repeat})")
+    print(f"model {spec.name} on {backend.name} (Python {platform.python_version()}, torch {torch.__version__}): "
+          f"{steps} bare steps {bare_s:.3f} s (median of {args.repeat})")  # fmt: skip
     for mode, results in runs.items():
         total = statistics.median(r[0] for r in results)
         report = statistics.median(r[0] - sum(r[1].values()) for r in results)  # writing JSON/Markdown/HTML/plots
