@@ -63,15 +63,46 @@ def run(ctx: Context, log: StageLog) -> None:
 
 def _check_imported_torch(log: StageLog, metadata_version: str | None) -> None:
     """The torch this process imported, not only the installed metadata: a second torch earlier on sys.path (or a
-    stale dist-info) would otherwise pass the pins while another build runs."""
+    stale dist-info) would otherwise pass the pins while another build runs. So the imported package must be the
+    installed distribution's own folder, and its version the metadata's, matched as a pin (pins.matches): PyPI's
+    torch wheels carry their build's local label in torch.__version__ only (torch-2.13.0-cp312 from PyPI: METADATA
+    `Version: 2.13.0`, `2.13.0+cu130` imported), as a label-less pin accepts any label; the PyTorch CPU index's
+    wheels say `2.13.0+cpu` in both, and another label is another build."""
     import torch
 
-    log.numbers["torch_imported"] = {"version": torch.__version__, "path": str(Path(torch.__file__).parent)}
-    if metadata_version is not None and torch.__version__ != metadata_version:
+    imported = Path(torch.__file__).parent
+    log.numbers["torch_imported"] = {"version": torch.__version__, "path": str(imported)}
+    if metadata_version is None:
+        return
+    installed = _installed_package("torch", "torch")
+    if installed is not None and installed != imported.resolve():
         log.fail(
-            f"the imported torch is {torch.__version__} ({Path(torch.__file__).parent}) but the installed "
-            f"metadata says {metadata_version}: two torch installations; the pins were checked against the metadata"
+            f"the imported torch ({torch.__version__}, {imported}) is not the installed distribution's "
+            f"({metadata_version}, {installed}): two torch installations; the pins were checked against the "
+            "installed one. Remove the other torch from sys.path (PYTHONPATH, the current directory)"
         )
+    elif not _same_build(metadata_version, torch.__version__):
+        log.fail(
+            f"the imported torch is {torch.__version__} ({imported}) but the installed metadata says "
+            f"{metadata_version}: two torch installations; the pins were checked against the metadata"
+        )
+
+
+def _installed_package(dist: str, package: str) -> Path | None:
+    """The folder of `package` as the installed distribution `dist` placed it (None: not installed, or not a folder
+    there, as in an editable install)."""
+    try:
+        found = Path(str(metadata.distribution(dist).locate_file(package))).resolve()
+    except metadata.PackageNotFoundError:
+        return None
+    return found if found.is_dir() else None
+
+
+def _same_build(metadata_version: str, imported: str) -> bool:
+    try:
+        return pins.matches(metadata_version, imported)
+    except pins.InvalidVersion:  # not PEP 440 (a local build's own string): only the same string is the same build
+        return metadata_version == imported
 
 
 def _check_pins(ctx: Context, log: StageLog, on_neuron: bool) -> None:

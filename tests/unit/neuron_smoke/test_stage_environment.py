@@ -5,8 +5,10 @@ outcomes (its process replaced by a short Python command)."""
 from __future__ import annotations
 
 import platform
+import subprocess
 import sys
 from importlib import metadata
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -15,6 +17,7 @@ import torch
 from neuron_smoke import cells, stage_environment
 from neuron_smoke.backends import CPU, NEURON, Backend
 from neuron_smoke.context import Context, Options, StageLog
+from tests import REPO_ROOT
 
 TORCH = stage_environment.installed_version("torch")
 
@@ -96,6 +99,46 @@ def test_an_imported_torch_other_than_the_installed_one_fails() -> None:
     same = StageLog()
     stage_environment._check_imported_torch(same, torch.__version__)
     assert same.failures == []
+
+
+@pytest.mark.parametrize(
+    ("metadata_version", "imported", "fails"),
+    [
+        ("2.13.0", "2.13.0+cu130", False),  # PyPI's wheel: the label in torch.__version__ only
+        ("2.13.0+cpu", "2.13.0+cpu", False),  # the PyTorch CPU index's wheel: in both
+        ("2.13.0+cpu", "2.13.0+cu130", True),  # another build
+        ("2.13.0", "2.14.0+cu130", True),  # another release
+        ("2.13.0a0+gitabc", "2.13.0a0+gitabc", False),  # a source build
+    ],
+)
+def test_the_imported_version_is_matched_as_a_pin_against_the_metadata(
+    monkeypatch: pytest.MonkeyPatch, metadata_version: str, imported: str, fails: bool
+) -> None:
+    """torch 2.13.0 from PyPI (torch-2.13.0-cp312-cp312-manylinux_2_28_x86_64.whl, installed here with uv) has
+    `Version: 2.13.0` in its METADATA and `__version__ = '2.13.0+cu130'` in torch/version.py: the stage failed every
+    verify-device run on it as two torch installations and skipped the other stages."""
+    monkeypatch.setattr(torch, "__version__", imported)
+    log = StageLog()
+    stage_environment._check_imported_torch(log, metadata_version)
+    assert bool(log.failures) is fails, log.failures
+    assert not fails or (imported in log.failures[0] and metadata_version in log.failures[0])
+
+
+def test_a_second_torch_earlier_on_sys_path_fails_naming_both_folders(tmp_path: Path) -> None:
+    """The same version in another folder: only where the imported package lies tells the two apart."""
+    fake = tmp_path / "torch"
+    fake.mkdir()
+    (fake / "__init__.py").write_text(f"__version__ = {torch.__version__!r}\n")
+    code = (
+        "from neuron_smoke import stage_environment; from neuron_smoke.context import StageLog; log = StageLog(); "
+        "stage_environment._check_imported_torch(log, stage_environment.installed_version('torch')); "
+        "print(log.failures)"
+    )
+    env = {"PYTHONPATH": f"{tmp_path}:{REPO_ROOT / 'src'}:{REPO_ROOT / 'smoke_tests'}", "PATH": "/usr/bin:/bin"}
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, check=False)
+    assert proc.returncode == 0, proc.stderr
+    installed = Path(torch.__file__).parent.resolve()
+    assert "two torch installations" in proc.stdout and str(fake) in proc.stdout and str(installed) in proc.stdout
 
 
 def test_a_pip_check_problem_is_an_advisory(monkeypatch: pytest.MonkeyPatch) -> None:
