@@ -234,9 +234,14 @@ def test_a_torch_that_imports_but_is_broken_still_runs_what_it_can_and_reports(
     # A torch whose package imports but holds nothing else (no torch.nn, torch.distributed or dtypes: a broken
     # install, or the test hosts' fixture torch): the selected stages that need none of it run, the others fail
     # naming what is missing, and the report is written. No stage module may be imported before its stage runs.
+    # It is installed, package and dist-info side by side, as pip leaves one: a torch folder alone ahead of the
+    # venv's would be a second torch, which the environment stage fails (test_stage_environment.py).
     broken = tmp_path / "broken-torch" / "torch"
     broken.mkdir(parents=True)
     (broken / "__init__.py").write_text('__version__ = "2.13.0+cpu"\n')
+    dist_info = broken.parent / "torch-2.13.0+cpu.dist-info"
+    dist_info.mkdir()
+    (dist_info / "METADATA").write_text("Metadata-Version: 2.1\nName: torch\nVersion: 2.13.0+cpu\n")
     env = {**base_env, "PYTHONPATH": str(broken.parent)}
     only = verify(env, "--device", "cpu", "--stages", "environment", tmp=tmp_path)
     assert only.returncode == 0 and "Traceback" not in only.output, only.output
