@@ -10,13 +10,13 @@ one task per node (`SLURM_NTASKS` = `SLURM_NNODES`). Every environment value is 
 from __future__ import annotations
 
 import argparse
-import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from neuron_cell.boundary import quote
 from neuron_smoke import nodelist
+from neuron_smoke.argtypes import positive
 from neuron_smoke.errors import UsageError
 
 DEFAULT_PORT = 29500  # torchrun's MASTER_PORT default
@@ -61,7 +61,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     )
     group.add_argument(
         "--join-timeout",
-        type=float,
+        type=positive(float),  # finite too: no rendezvous store takes inf as its timeout
         default=DEFAULT_JOIN_TIMEOUT_S,
         metavar="SECONDS",
         help=f"how long the nodes wait for each other; a node not joined by then is named missing "
@@ -81,8 +81,6 @@ def from_args(args: argparse.Namespace, env: Mapping[str, str]) -> ClusterSpec |
     """The multi-node settings, or None for a single-host run (no multi-node flag given)."""
     if all(getattr(args, name) is None for name in FLAGS):
         return None
-    if not args.join_timeout > 0 or not math.isfinite(args.join_timeout):  # inf: no store takes it as its timeout
-        raise UsageError(f"--join-timeout must be > 0 seconds, and finite: {args.join_timeout:g}")
     sources: dict[str, str] = {}
     nnodes = _value(args.nnodes, "--nnodes", ("SLURM_NNODES", "WORLD_SIZE"), env, sources, "nnodes")
     if nnodes is None:
