@@ -64,10 +64,11 @@ def run(ctx: Context, log: StageLog) -> None:
 def _check_imported_torch(log: StageLog, metadata_version: str | None) -> None:
     """The torch this process imported, not only the installed metadata: a second torch earlier on sys.path (or a
     stale dist-info) would otherwise pass the pins while another build runs. So the imported package must be the
-    installed distribution's own folder, and its version the metadata's, matched as a pin (pins.matches): PyPI's
-    torch wheels carry their build's local label in torch.__version__ only (torch-2.13.0-cp312 from PyPI: METADATA
-    `Version: 2.13.0`, `2.13.0+cu130` imported), as a label-less pin accepts any label; the PyTorch CPU index's
-    wheels say `2.13.0+cpu` in both, and another label is another build."""
+    installed distribution's own folder, and its version the metadata's, matched as a pin (pins.satisfies; the same
+    string is the same build even where it is not PEP 440): PyPI's torch wheels carry their build's local label in
+    torch.__version__ only (torch-2.13.0-cp312 from PyPI: METADATA `Version: 2.13.0`, `2.13.0+cu130` imported), as a
+    label-less pin accepts any label; the PyTorch CPU index's wheels say `2.13.0+cpu` in both, and another label is
+    another build."""
     import torch
 
     imported = Path(torch.__file__).parent
@@ -81,7 +82,7 @@ def _check_imported_torch(log: StageLog, metadata_version: str | None) -> None:
             f"({metadata_version}, {installed}): two torch installations; the pins were checked against the "
             "installed one. Remove the other torch from sys.path (PYTHONPATH, the current directory)"
         )
-    elif not _same_build(metadata_version, torch.__version__):
+    elif torch.__version__ != metadata_version and pins.satisfies("torch", metadata_version, torch.__version__):
         log.fail(
             f"the imported torch is {torch.__version__} ({imported}) but the installed metadata says "
             f"{metadata_version}: two torch installations; the pins were checked against the metadata"
@@ -96,13 +97,6 @@ def _installed_package(dist: str, package: str) -> Path | None:
     except metadata.PackageNotFoundError:
         return None
     return found if found.is_dir() else None
-
-
-def _same_build(metadata_version: str, imported: str) -> bool:
-    try:
-        return pins.matches(metadata_version, imported)
-    except pins.InvalidVersion:  # not PEP 440 (a local build's own string): only the same string is the same build
-        return metadata_version == imported
 
 
 def _check_pins(ctx: Context, log: StageLog, on_neuron: bool) -> None:

@@ -27,7 +27,7 @@ else:
 
         VERSION_SOURCE = "vendored"
 
-__all__ = ["VERSION_SOURCE", "InvalidVersion", "apt_matches", "matches", "satisfies"]
+__all__ = ["VERSION_SOURCE", "apt_matches", "matches", "satisfies"]
 
 
 def _prefix(pin: str) -> Version | None:
