@@ -25,7 +25,6 @@ Usage: scripts/bench-eval-step.py [--model PKG.MOD:FACTORY] [--rounds N] [--prec
 from __future__ import annotations
 
 import argparse
-import platform
 import statistics
 import sys
 import time
@@ -42,6 +41,7 @@ from neuron_smoke.argtypes import positive
 from neuron_smoke.errors import UsageError
 from neuron_smoke.evaluate import PRECISIONS, capture
 from neuron_smoke.evaluate.stepmode import StepMode
+from neuron_smoke.host import interpreter
 
 
 def main() -> int:
@@ -91,7 +91,7 @@ def main() -> int:
             times[name].append(run())
     medians = {name: statistics.median(t) * 1e3 for name, t in times.items()}
     base = medians["bare"]
-    print(f"model {spec.name} on cpu (Python {platform.python_version()}, torch {torch.__version__}), precision {at}: "
+    print(f"model {spec.name} on cpu (Python {interpreter()}, torch {torch.__version__}), precision {at}: "
           f"the instrumented step part by part (median of {args.rounds})")  # fmt: skip
     before = None
     for name, ms in medians.items():

@@ -22,7 +22,6 @@ from __future__ import annotations
 import argparse
 import contextlib
 import io
-import platform
 import statistics
 import sys
 import tempfile
@@ -40,6 +39,7 @@ from neuron_smoke.backends import resolve
 from neuron_smoke.errors import UsageError
 from neuron_smoke.evaluate import capture
 from neuron_smoke.evaluate.run import EvalOptions, evaluate
+from neuron_smoke.host import interpreter
 
 
 def timed_eval(opts: EvalOptions, spec: models.ModelSpec) -> tuple[float, dict[str, float]]:
@@ -88,7 +88,7 @@ def main() -> int:
             out = Path(tmp) / f"compare-{i}"
             runs["baseline"].append(timed_eval(EvalOptions(baseline=base_dir, out_dir=out, **common), spec))
     bare_s = statistics.median(bare)
-    print(f"model {spec.name} on {backend.name} (Python {platform.python_version()}, torch {torch.__version__}): "
+    print(f"model {spec.name} on {backend.name} (Python {interpreter()}, torch {torch.__version__}): "
           f"{steps} bare steps {bare_s:.3f} s (median of {args.repeat})")  # fmt: skip
     for mode, results in runs.items():
         total = statistics.median(r[0] for r in results)

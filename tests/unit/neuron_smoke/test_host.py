@@ -72,3 +72,15 @@ def test_host_facts() -> None:
     facts = host.host_facts()
     assert set(facts) == {"hostname", "platform", "machine", "python", "cpus"}
     assert facts["cpus"] == os.cpu_count() and facts["machine"] == os.uname().machine
+
+
+def test_interpreter_names_the_version_and_the_file_behind_a_venv_link(tmp_path: Any, monkeypatch: Any) -> None:
+    real = tmp_path / "pyenv" / "python3.12"
+    real.parent.mkdir()
+    real.write_text("")
+    link = tmp_path / "venv" / "python"
+    link.parent.mkdir()
+    link.symlink_to(real)
+    monkeypatch.setattr(host.sys, "executable", str(link))
+    monkeypatch.setattr(host.platform, "python_version", lambda: "3.12.1")
+    assert host.interpreter() == f"3.12.1 at {real}"
