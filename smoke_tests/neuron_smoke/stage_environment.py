@@ -82,7 +82,10 @@ def _check_imported_torch(log: StageLog, metadata_version: str | None) -> None:
             f"({metadata_version}, {installed}): two torch installations; the pins were checked against the "
             "installed one. Remove the other torch from sys.path (PYTHONPATH, the current directory)"
         )
-    elif torch.__version__ != metadata_version and pins.satisfies("torch", metadata_version, torch.__version__):
+    elif (
+        torch.__version__ != metadata_version
+        and pins.satisfies("torch", metadata_version, torch.__version__) is not None
+    ):
         log.fail(
             f"the imported torch is {torch.__version__} ({imported}) but the installed metadata says "
             f"{metadata_version}: two torch installations; the pins were checked against the metadata"
