@@ -176,9 +176,13 @@ class Completion:
                 return True
             except RuntimeError as error:
                 if NO_FINITE_WAIT not in str(error):
-                    if self.work.is_completed():
-                        raise  # the collective's own error, not the poll's "Operation timed out!"
-                    return False
+                    if not self.work.is_completed():
+                        return False  # the poll's own "Operation timed out!": the collective goes on
+                    # Completed: the collective's own error, or it completed just after the poll gave up (seen in
+                    # CI: that "Operation timed out!" taken for the collective's). A wait on a completed work returns
+                    # at once or raises the work's own error.
+                    self.work.wait()
+                    return True
             self.event = event = threading.Event()
             self.future = self.work.get_future()
             self.future.add_done_callback(lambda _: event.set())

@@ -116,6 +116,22 @@ def test_a_completed_collective_is_waited_on_for_its_own_error() -> None:
     assert work.waited and group.aborted == 0
 
 
+class LateWork(Work):
+    """A work that completes just after a poll's wait gave up on it: that wait raises "Operation timed out!"."""
+
+    def wait(self, timeout: object = None) -> bool:
+        if not self.done:
+            self.done = True
+            raise RuntimeError("Operation timed out!")
+        return super().wait(timeout)
+
+
+def test_a_collective_completing_as_a_poll_gives_up_is_not_failed_by_the_polls_timeout() -> None:
+    group, work = Group(), LateWork()
+    watching(group, Members(), 5).wait(work)
+    assert work.waited and group.aborted == 0
+
+
 def test_a_failed_collective_raises_its_own_error_not_a_stopped_peer() -> None:
     group = Group()
     watch = watching(group, Members(stopped=(1,)), 5)
