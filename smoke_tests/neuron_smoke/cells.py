@@ -67,7 +67,8 @@ def _from_cli(cell_id: str) -> dict[str, Any]:
 
 def expected_pins(cell: dict[str, Any]) -> list[tuple[str, str]]:
     """(distribution, pin) pairs: the cell's named pins, then every entry of `locked` (exact versions from the hash
-    lock), so a family pattern such as `2.14.3.0.*` and its locked build are both checked."""
+    lock), so a family pattern such as `2.14.3.0.*` and its locked build are both checked. A pin given twice (torch
+    named and locked at the same version, as an image's record has it) is one pair: checked once, reported once."""
     pins = [(dist, str(cell[key])) for key, dist in PINNED.items() if cell.get(key)]
     pins += [(canonical(name), str(version)) for name, version in sorted((cell.get("locked") or {}).items())]
-    return pins
+    return list(dict.fromkeys(pins))

@@ -50,7 +50,7 @@ def test_cpu_run_passes_and_reports_every_stage(base_env: dict[str, str], tmp_pa
 def _assert_environment_and_cores(run: Run) -> None:
     env = run.stage("environment")["numbers"]
     assert env["cell"]["id"] == SIM_CELL["id"] and env["pin_mismatches"] == []
-    assert env["pins_checked"] == 6  # four named pins and two locked entries
+    assert env["pins_checked"] == 4  # four named pins; the locked torch and nki are the same pins, checked once
     assert run.stage("device")["numbers"]["accelerator"] == "neuron"
     device = run.stage("device")["numbers"]
     # Two nodes hold 8 NeuronCores; the ranks own cores 0 and 1, this process core 2 (cores belong to one process).

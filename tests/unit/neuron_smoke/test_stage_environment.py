@@ -81,6 +81,17 @@ def test_drift_and_another_python_fail_naming_the_cell() -> None:
     assert log.summary == "cell c2: 1 pins checked, 2 mismatched"
 
 
+def test_a_pin_the_record_names_and_locks_alike_is_checked_and_reported_once() -> None:
+    """An image's cell record names torch and lists it in `locked` with the same version: drift is one failure, not
+    the same line twice."""
+    cell = {"id": "c5", "python": _python(), "torch": "1.0.0+cpu", "locked": {"torch": "1.0.0+cpu", "Torch": "1.0.0"}}
+    log = StageLog()
+    stage_environment.run(_ctx(cell), log)
+    assert log.failures == [f"version drift from cell c5: {m}" for m in log.numbers["pin_mismatches"]]
+    assert len(log.failures) == 2 and "1.0.0+cpu" in log.failures[0] and "==1.0.0 " in log.failures[1] + " "
+    assert log.numbers["pins_checked"] == 2
+
+
 def test_on_neuron_the_neuron_packages_are_required() -> None:
     cell = {"id": "c3", "torch": TORCH, "torch_neuronx": "2.13.3.0.*"}
     log = StageLog()
