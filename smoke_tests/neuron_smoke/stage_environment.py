@@ -119,6 +119,7 @@ def _check_pins(ctx: Context, log: StageLog, on_neuron: bool) -> None:
         mismatches.append(f"python {have_python} != {want_python}")
     checked = 0
     absent: list[str] = []
+    builds: list[str] = []  # what the installed build is, where its version alone does not say
     for dist, pin in cells.expected_pins(cell):
         have = installed_version(dist)
         if have is None:
@@ -132,6 +133,12 @@ def _check_pins(ctx: Context, log: StageLog, on_neuron: bool) -> None:
         problem = pins.satisfies(dist, pin, have)
         if problem:
             mismatches.append(problem)
+            if dist == "torch" and "+" in pin and "+" not in have:
+                label = pin.partition("+")[2]
+                builds.append(
+                    f"torch {have} has no +{label} label: PyPI's build (on Linux the CUDA one) or a source build, not "
+                    "the PyTorch CPU index's, where the lock routes torch"
+                )
     log.numbers["pins_checked"] = checked
     log.numbers["pin_mismatches"] = mismatches
     if absent:
@@ -139,6 +146,13 @@ def _check_pins(ctx: Context, log: StageLog, on_neuron: bool) -> None:
         log.note(f"not installed on {ctx.backend.name} (not a failure off Neuron): {', '.join(absent)}")
     for m in mismatches:
         log.fail(f"version drift from cell {cell.get('id')}: {m}")
+    if mismatches:
+        lock = cell.get("lock") or "the cell's lock"
+        fix = (
+            f"to fix the drift: install the cell's hash lock into this Python: `neuron-torch lock --cell "
+            f"{cell.get('id')}` where the indexes are reachable, then `pip install --require-hashes -r {lock}`"
+        )
+        log.note("; ".join([fix, *builds]))
     log.summary = f"cell {cell.get('id')}: {checked} pins checked, {len(mismatches)} mismatched"
 
 

@@ -92,6 +92,30 @@ def test_a_pin_the_record_names_and_locks_alike_is_checked_and_reported_once() -
     assert log.numbers["pins_checked"] == 2
 
 
+def test_drift_names_the_fix_and_a_torch_from_pypi_is_told_from_the_cpu_index_build(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """PyPI's Linux torch wheel says `2.14.0` in its metadata where the cell pins the CPU index's `2.14.0+cpu`: the
+    same-looking numbers get a note saying which build is installed, and any drift names the lock to install."""
+    monkeypatch.setattr(stage_environment, "installed_version", lambda d: "2.14.0" if d == "torch" else None)
+    lock = "constraints/locks/2.14-py3.14-ubuntu26.04.txt"
+    cell = {"id": "2.14-py3.14-ubuntu26.04", "python": _python(), "torch": "2.14.0+cpu", "lock": lock}
+    log = StageLog()
+    stage_environment._check_pins(_ctx(cell), log, on_neuron=False)
+    assert log.failures == ["version drift from cell 2.14-py3.14-ubuntu26.04: torch 2.14.0 does not satisfy the pin "
+                            "torch==2.14.0+cpu"]  # fmt: skip
+    fix = [n for n in log.notes if n.startswith("to fix the drift:")]
+    assert len(fix) == 1 and "neuron-torch lock --cell 2.14-py3.14-ubuntu26.04" in fix[0]
+    assert f"pip install --require-hashes -r {lock}" in fix[0]
+    assert "torch 2.14.0 has no +cpu label: PyPI's build" in fix[0] and "PyTorch CPU index" in fix[0]
+
+
+def test_a_cell_of_what_is_installed_names_no_fix() -> None:
+    log = StageLog()
+    stage_environment._check_pins(_ctx({"id": "c6", "python": _python(), "torch": TORCH}), log, on_neuron=False)
+    assert log.failures == [] and not any(n.startswith("to fix") for n in log.notes)
+
+
 def test_on_neuron_the_neuron_packages_are_required() -> None:
     cell = {"id": "c3", "torch": TORCH, "torch_neuronx": "2.13.3.0.*"}
     log = StageLog()
