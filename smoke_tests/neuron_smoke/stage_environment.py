@@ -133,10 +133,9 @@ def _check_pins(ctx: Context, log: StageLog, on_neuron: bool) -> None:
         problem = pins.satisfies(dist, pin, have)
         if problem:
             mismatches.append(problem)
-            if dist == "torch" and "+" in pin and "+" not in have:
-                label = pin.partition("+")[2]
+            if dist == "torch" and pin.endswith("+cpu") and "+" not in have:
                 builds.append(
-                    f"torch {have} has no +{label} label: PyPI's build (on Linux the CUDA one) or a source build, not "
+                    f"torch {have} has no +cpu label: PyPI's build (on Linux the CUDA one) or a source build, not "
                     "the PyTorch CPU index's, where the lock routes torch"
                 )
     log.numbers["pins_checked"] = checked
@@ -147,10 +146,12 @@ def _check_pins(ctx: Context, log: StageLog, on_neuron: bool) -> None:
     for m in mismatches:
         log.fail(f"version drift from cell {cell.get('id')}: {m}")
     if mismatches:
-        lock = cell.get("lock") or "the cell's lock"
+        lock = cell.get("lock")
+        into = f"a venv of Python {want_python}" if want_python else "this Python"
+        then = f"`pip install --require-hashes -r {lock}`" if lock else "`pip install --require-hashes -r LOCK`"
         fix = (
-            f"to fix the drift: install the cell's hash lock into this Python: `neuron-torch lock --cell "
-            f"{cell.get('id')}` where the indexes are reachable, then `pip install --require-hashes -r {lock}`"
+            f"to fix the drift: install the cell's hash lock into {into}: `neuron-torch lock --cell {cell.get('id')}` "
+            f"where the indexes are reachable, then {then} with its pip"
         )
         log.note("; ".join([fix, *builds]))
     log.summary = f"cell {cell.get('id')}: {checked} pins checked, {len(mismatches)} mismatched"

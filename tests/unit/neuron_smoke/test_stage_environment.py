@@ -106,8 +106,18 @@ def test_drift_names_the_fix_and_a_torch_from_pypi_is_told_from_the_cpu_index_bu
                             "torch==2.14.0+cpu"]  # fmt: skip
     fix = [n for n in log.notes if n.startswith("to fix the drift:")]
     assert len(fix) == 1 and "neuron-torch lock --cell 2.14-py3.14-ubuntu26.04" in fix[0]
+    assert f"into a venv of Python {_python()}:" in fix[0]
     assert f"pip install --require-hashes -r {lock}" in fix[0]
     assert "torch 2.14.0 has no +cpu label: PyPI's build" in fix[0] and "PyTorch CPU index" in fix[0]
+
+
+def test_another_python_names_a_venv_of_the_cells_python_and_no_torch_build() -> None:
+    log = StageLog()
+    stage_environment._check_pins(_ctx({"id": "c7", "python": "2.7", "torch": TORCH}), log, on_neuron=False)
+    assert log.failures == [f"version drift from cell c7: python {_python()} != 2.7"]
+    fix = [n for n in log.notes if n.startswith("to fix the drift:")]
+    assert len(fix) == 1 and "into a venv of Python 2.7:" in fix[0] and "-r LOCK`" in fix[0]
+    assert "label" not in fix[0]
 
 
 def test_a_cell_of_what_is_installed_names_no_fix() -> None:
