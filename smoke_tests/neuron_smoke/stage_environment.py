@@ -146,12 +146,11 @@ def _check_pins(ctx: Context, log: StageLog, on_neuron: bool) -> None:
     for m in mismatches:
         log.fail(f"version drift from cell {cell.get('id')}: {m}")
     if mismatches:
-        lock = cell.get("lock")
         into = f"a venv of Python {want_python}" if want_python else "this Python"
-        then = f"`pip install --require-hashes -r {lock}`" if lock else "`pip install --require-hashes -r LOCK`"
         fix = (
             f"to fix the drift: install the cell's hash lock into {into}: `neuron-torch lock --cell {cell.get('id')}` "
-            f"where the indexes are reachable, then {then} with its pip"
+            f"where the indexes are reachable, then `pip install --require-hashes -r {cell.get('lock') or 'LOCK'}` "
+            "with its pip"
         )
         log.note("; ".join([fix, *builds]))
     log.summary = f"cell {cell.get('id')}: {checked} pins checked, {len(mismatches)} mismatched"
