@@ -65,7 +65,7 @@ def build_parser() -> argparse.ArgumentParser:
         type=_csv,
         default=list(registry.NAMES),
         metavar="A,B",
-        help=f"run only these stages; all, in the order they run: {', '.join(registry.NAMES)}",
+        help=f"run these stages and those they run after; all, in the order they run: {', '.join(registry.NAMES)}",
     )
     _add_tuning(p)
     from neuron_smoke import cluster
@@ -115,6 +115,8 @@ def parse_options(argv: Sequence[str] | None) -> tuple[Options, argparse.Namespa
     unknown = sorted(set(args.stages) - set(registry.NAMES))
     if unknown:
         raise UsageError(f"--stages: unknown stage(s) {', '.join(unknown)}; known: {', '.join(registry.NAMES)}")
+    stages, added = registry.with_prerequisites(args.stages)
+    args.stages_added = list(added)
     if args.nproc < 2:
         raise UsageError("--nproc must be at least 2")
     if not 0 <= args.throughput_floor < 100:
@@ -136,7 +138,7 @@ def parse_options(argv: Sequence[str] | None) -> tuple[Options, argparse.Namespa
         allow_fallback=frozenset(args.allow_fallback),
         model=args.model,
         timeout_s=args.timeout,
-        stages=tuple(s for s in registry.NAMES if s in args.stages),
+        stages=stages,
         iterations=args.iterations,
         warmup=args.warmup,
         throughput_size=args.throughput_size,
@@ -168,6 +170,9 @@ def run(argv: Sequence[str] | None) -> int:
     from neuron_smoke import cores
     from neuron_smoke.evaluate.options import evaluation_requested
 
+    if args.stages_added and not evaluation_requested(args):
+        print(f"verify-device: --stages: also running {', '.join(args.stages_added)}, which the stages named run "
+              "after", flush=True)  # fmt: skip
     # NeuronCores belong to one process: take this process's own before torch (and so torch_neuronx) is imported.
     cores.prepare_before_torch(options.device, options.nproc)
     if not evaluation_requested(args):

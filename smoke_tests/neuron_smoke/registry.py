@@ -109,6 +109,18 @@ def needing(need: str) -> tuple[str, ...]:
     return tuple(entry.name for entry in TABLE if need in entry.needs)
 
 
+def with_prerequisites(selected: Iterable[str]) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """The selected stages with every stage they run after (and those stages' own), in the table's order; and the ones
+    that were added. A stage whose prerequisite is not run is skipped, so `--stages matmul` alone would run nothing."""
+    wanted = set(selected)
+    chosen = set(wanted)
+    for entry in reversed(TABLE):  # a row's `after` names earlier rows (check): one pass from the end closes the set
+        if entry.name in chosen:
+            chosen.update(entry.after)
+    stages = tuple(entry.name for entry in TABLE if entry.name in chosen)
+    return stages, tuple(name for name in stages if name not in wanted)
+
+
 def resolve(target: str) -> Callable[..., Any]:
     """The function a row names (`module:function`, a module of this package), its module imported now."""
     module, _, function = target.partition(":")

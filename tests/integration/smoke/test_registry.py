@@ -119,7 +119,7 @@ def test_a_new_stage_is_one_module_and_one_row(base_env: dict[str, str], tmp_pat
     assert {s["reason"] for s in run.report["stages"] if s["status"] == "skip"} == {"not selected (--stages)"}
 
 
-def test_the_new_stage_is_in_the_help_and_the_choices_and_skips_without_its_prerequisite(
+def test_the_new_stage_is_in_the_help_and_the_choices_and_brings_its_prerequisite(
     base_env: dict[str, str], tmp_path: Path
 ) -> None:
     suite_dir = copy_package(tmp_path)
@@ -133,8 +133,11 @@ def test_the_new_stage_is_in_the_help_and_the_choices_and_skips_without_its_prer
     alone = run_copy(suite_dir, base_env, "--stages", "environment,hello", tmp=tmp_path)
     assert alone.returncode == 0, alone.output
     assert [s["name"] for s in alone.report["stages"]] == names == printed_stages(alone.output)
-    assert alone.stage("hello")["reason"] == "skipped: stage device was skipped"
-    assert alone.stage("device")["reason"] == "not selected (--stages)"
+    # its row runs it after device: named alone, it brings device (it used to skip, and the run passed with it unrun)
+    assert "--stages: also running device, which the stages named run after" in alone.output
+    assert alone.stage("device")["status"] == "pass"
+    assert alone.stage("hello")["status"] == "pass"
+    assert alone.report["options"]["stages"] == ["environment", "device", "hello"]
 
 
 def test_reordering_the_table_reorders_the_run_and_the_report(base_env: dict[str, str], tmp_path: Path) -> None:
@@ -158,7 +161,7 @@ def test_every_consumer_lists_the_stages_in_the_tables_order() -> None:
     assert names == [entry.name for entry in registry.TABLE]
     assert [(s.name, s.title, s.requires) for s in suite.STAGES] == [(e.name, e.title, e.after) for e in registry.TABLE]
     assert list(Options().stages) == names == list(parse_options([])[0].stages)
-    assert parse_options(["--stages", "throughput,environment"])[0].stages == ("environment", "throughput")
+    assert parse_options(["--stages", "dtype,device,environment"])[0].stages == ("environment", "device", "dtype")
     assert [s.name for s in torchless.report_for(Options(), ImportError("x")).stages] == names
     report = suite.provisional(Report("s", "t", {}, {}, {}, {}), [], None, Options())
     assert [(s.name, s.reason) for s in report.stages] == [(n, "not run yet") for n in names]

@@ -49,6 +49,14 @@ def test_stages_are_kept_in_the_order_they_run() -> None:
     assert cli.parse_options(["--stages", ",".join(reversed(registry.NAMES))])[0].stages == registry.NAMES
 
 
+def test_a_selected_stage_brings_the_stages_it_runs_after() -> None:
+    # `--stages matmul` alone used to skip matmul ("stage environment was skipped") and exit 0 with nothing run
+    options, args = cli.parse_options(["--stages", "matmul"])
+    assert options.stages == ("environment", "device", "matmul")
+    assert args.stages_added == ["environment", "device"]
+    assert cli.parse_options(["--stages", "device"])[1].stages_added == []
+
+
 def test_values_reach_the_options(tmp_path: Path, matrix: Matrix) -> None:
     record = cell_record(matrix, matrix.cells[0])
     cell_file = tmp_path / "cell.json"

@@ -66,3 +66,18 @@ def test_resolve_names_a_missing_module_or_function() -> None:
         registry.resolve("stage_nowhere:run")
     with pytest.raises(AttributeError, match="no_such_function"):
         registry.resolve("stage_dtype:no_such_function")
+
+
+def test_with_prerequisites_adds_each_stage_a_selected_one_runs_after_theirs_too_in_table_order() -> None:
+    assert registry.with_prerequisites(["matmul"]) == (("environment", "device", "matmul"), ("environment", "device"))
+    # fallback runs after matmul and model, which run after environment and device
+    stages, added = registry.with_prerequisites(["fallback", "dtype"])
+    assert stages == ("environment", "device", "matmul", "model", "fallback", "dtype")
+    assert added == ("environment", "device", "matmul", "model")
+    assert registry.with_prerequisites(["nccom", "environment"]) == (("environment", "nccom"), ())
+    assert registry.with_prerequisites(registry.NAMES) == (registry.NAMES, ())
+    for entry in TABLE:  # closed: every stage in the answer has its own prerequisites in it, earlier
+        stages, _ = registry.with_prerequisites([entry.name])
+        for name in stages:
+            after = next(e for e in TABLE if e.name == name).after
+            assert all(stages.index(a) < stages.index(name) for a in after), (entry.name, name)
