@@ -112,6 +112,9 @@ def _add_tuning(p: argparse.ArgumentParser) -> None:
 
 def parse_options(argv: Sequence[str] | None) -> tuple[Options, argparse.Namespace]:
     args = build_parser().parse_args(argv)
+    if not args.stages:  # `--stages "$UNSET"` would run nothing and pass
+        raise UsageError(f"--stages: no stage named; name some of {', '.join(registry.NAMES)}, or leave --stages out "
+                         "to run them all")  # fmt: skip
     unknown = sorted(set(args.stages) - set(registry.NAMES))
     if unknown:
         raise UsageError(f"--stages: unknown stage(s) {', '.join(unknown)}; known: {', '.join(registry.NAMES)}")

@@ -17,7 +17,7 @@ import tempfile
 import traceback
 from collections.abc import Callable
 from pathlib import Path
-from typing import NoReturn
+from typing import Any, NoReturn
 
 EXIT_INTERRUPTED = 130  # 128 + SIGINT, what a shell reports for a command ended by Ctrl-C
 QUOTE_LIMIT = 200
@@ -29,6 +29,16 @@ class OneLineParser(argparse.ArgumentParser):
 
     def error(self, message: str) -> NoReturn:
         self.exit(2, f"{self.prog}: error: {message} (see `{self.prog} --help`)\n")
+
+    def _get_value(self, action: argparse.Action, arg_string: str) -> Any:
+        """Every value given, converted by the action's type; an empty one refused. `--cell "$UNSET"` would otherwise
+        be taken as given: an option left at its default (no pins checked), or '' as a Path, the current folder."""
+        passed_on = action.nargs in (argparse.PARSER, argparse.REMAINDER)  # a subcommand's: its parser checks them
+        if not passed_on and isinstance(arg_string, str) and not arg_string.strip():
+            optional = action.option_strings and not action.required
+            leave = f", or leave {action.option_strings[0]} out for its default" if optional else ""
+            raise argparse.ArgumentError(action, f"is empty: give a value{leave}")
+        return super()._get_value(action, arg_string)  # argparse's own, private (the same in Python 3.11 to 3.14)
 
 
 def quote(value: object, limit: int = QUOTE_LIMIT) -> str:

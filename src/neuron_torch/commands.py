@@ -208,8 +208,6 @@ def cmd_manifest(args: argparse.Namespace, matrix: Matrix) -> int:
         vendored_manifest,
     )
 
-    if args.release is not None and not args.release.strip():
-        raise NeuronTorchError("--release names a Neuron release in the manifest (e.g. 2.33.0), not an empty string")
     path = args.file or vendored_manifest(matrix)
     data = read_manifest(path)
     release, packages = release_packages(data, path, args.release)

@@ -109,6 +109,14 @@ CASES: list[Case] = [
     Case("full tensor limit zero", ["--full-tensor-limit", "0"], "must be > 0", ARGPARSE),
     Case("stages unknown", ["--stages", "matmul,bogus"], "--stages: unknown stage(s) bogus"),
     Case("stages long", ["--stages", LONG], "--stages: unknown stage(s)"),
+    Case("stages empty", ["--stages", ""], "argument --stages: is empty", ARGPARSE),  # ran nothing, exit 0
+    Case("stages commas", ["--stages", " , "], "--stages: no stage named"),
+    # an empty value is refused, not taken as the option left out (no pins checked) or '' as a Path (this folder)
+    Case("cell empty", ["--cell", ""], "argument --cell: is empty", ARGPARSE),
+    Case("cell file named empty", ["--cell-file="], "argument --cell-file: is empty", ARGPARSE),
+    Case("model empty", ["--model", ""], "argument --model: is empty", ARGPARSE),
+    Case("record empty", ["--record", "", "--model", "m:f"], "argument --record: is empty", ARGPARSE),
+    Case("report empty", ["--report", " "], "argument --report: is empty", ARGPARSE),
     Case("nproc one", ["--nproc", "1"], "--nproc must be at least 2"),
     Case("floor 100", ["--throughput-floor", "100"], "--throughput-floor must be a percentage"),
     Case("floor negative", ["--throughput-floor", "-1"], "--throughput-floor must be a percentage"),

@@ -70,3 +70,31 @@ def test_the_parser_reports_a_usage_error_in_one_line(capsys: pytest.CaptureFixt
     assert capsys.readouterr().err.splitlines() == [
         "tool: error: argument --n: invalid int value: 'x' (see `tool --help`)"
     ]
+
+
+@pytest.mark.parametrize(
+    ("argv", "named"),
+    [(["--cell", ""], "--cell"), (["--cell="], "--cell"), (["--out", "  "], "--out"), (["--cell", "c", ""], "dir")],
+)
+def test_the_parser_refuses_an_empty_value_naming_the_argument(
+    argv: list[str], named: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # `--cell "$UNSET"` was taken as given: an option left at its default, or '' as a Path, the current folder
+    parser = boundary.OneLineParser(prog="tool")
+    parser.add_argument("--cell")
+    parser.add_argument("--out", type=Path)
+    parser.add_argument("dir", nargs="?")
+    with pytest.raises(SystemExit) as exited:
+        parser.parse_args(argv)
+    assert exited.value.code == 2
+    (line,) = capsys.readouterr().err.splitlines()
+    assert line.startswith(f"tool: error: argument {named}: is empty: give a value"), line
+
+
+def test_the_parser_keeps_its_defaults_and_real_values() -> None:
+    parser = boundary.OneLineParser(prog="tool")
+    parser.add_argument("--cell", default="d")
+    parser.add_argument("--out", type=Path)
+    parser.add_argument("dir", nargs="?")
+    assert vars(parser.parse_args([])) == {"cell": "d", "out": None, "dir": None}
+    assert vars(parser.parse_args(["--cell", "c", "--out", "o", "x"])) == {"cell": "c", "out": Path("o"), "dir": "x"}
