@@ -181,6 +181,9 @@ def _whole_instance(ctx: Context, log: StageLog, instance: str, nodes: int, rest
 
 def _expected_count(ctx: Context, log: StageLog, count: int) -> None:
     if ctx.backend.device_type == "cpu":
+        expected = ctx.options.expected_devices
+        if expected is not None:
+            log.note(f"--expected-devices {expected} not checked: torch counts the CPU as one device")
         return
     instance = ctx.options.instance_type or instance_type_from_imds()
     log.numbers["instance_type"] = instance

@@ -41,6 +41,15 @@ def test_the_cpu_passes_with_one_device() -> None:
     stage_device.run(_ctx(CPU), log)
     assert log.failures == [] and log.numbers["device_count"] == 1 and log.summary == "1 cpu device(s)"
     assert "device_files" not in log.numbers  # the CPU has none to look for
+    assert log.notes == []
+
+
+def test_an_expected_count_on_the_cpu_is_said_to_be_unchecked() -> None:
+    # --expected-devices 4 --device cpu passed with one device and no word of the option
+    log = StageLog()
+    stage_device.run(_ctx(CPU, expected_devices=4), log)
+    assert log.failures == [] and log.numbers["device_count"] == 1
+    assert log.notes == ["--expected-devices 4 not checked: torch counts the CPU as one device"]
 
 
 def test_no_neuron_device_files_is_a_missing_device(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
