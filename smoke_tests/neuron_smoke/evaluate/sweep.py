@@ -27,7 +27,7 @@ from typing import Any
 import torch
 from torch.utils import _pytree as pytree
 
-from neuron_smoke import models
+from neuron_smoke import modelcopy, models
 from neuron_smoke.errors import UsageError
 from neuron_smoke.evaluate import buckets, precision
 from neuron_smoke.evaluate.capture import _percentile, move
@@ -106,12 +106,46 @@ def takes_shape(factory: Callable[..., Any] | None) -> bool:
 
 
 def check(spec: models.ModelSpec, shapes: list[tuple[int, ...]]) -> None:
-    """Before any step: every shape fits the model's inputs (a usage error names the first that does not)."""
+    """Before any step: every shape fits the model's inputs and its forward (a usage error names the first that does
+    not), so that a shape the model cannot take is not swept and reported as a failed compile."""
     if takes_shape(spec.factory):
         return
     leaves = pytree.tree_leaves((spec.args, spec.kwargs))
     for shape in shapes:
         _size_map(leaves, _resized(leaves, shape), shape)
+    for shape in dict.fromkeys(shapes):
+        _forward_fits(spec, shape, leaves[_resized(leaves, shape)])
+
+
+def _forward_fits(spec: models.ModelSpec, shape: tuple[int, ...], first: torch.Tensor) -> None:
+    """The model's forward at `shape`, on meta tensors (shapes only: no data, no compute; functional_call leaves the
+    model's own tensors as they are); where that raises, on the CPU with data, on a copy of the model and with the
+    random state kept, so that what meta tensors cannot run (a value read, a tensor the model holds outside its
+    parameters and buffers) is not taken for a shape the model refuses."""
+    example = inputs_for((spec.args, spec.kwargs), shape, seed=0)
+    model = spec.model
+
+    def meta(t: Any) -> Any:
+        return t.to("meta") if isinstance(t, torch.Tensor) else t
+
+    try:
+        with torch.no_grad(), torch.random.fork_rng(devices=[]):
+            state = {name: meta(t) for name, t in (*model.named_parameters(), *model.named_buffers())}
+            args, kwargs = pytree.tree_map(meta, example)
+            torch.func.functional_call(model, state, tuple(args), dict(kwargs))
+        return
+    except Exception:  # an error meta tensors alone may cause: tried with data below
+        pass
+    try:
+        with torch.no_grad(), torch.random.fork_rng(devices=[]):
+            modelcopy.deep_copy(model)(*example[0], **example[1])
+    except Exception as exc:
+        first_line = (str(exc).strip().splitlines() or [""])[0]
+        raise UsageError(
+            f"--shapes: {_name(shape)} does not fit the model: its forward at {_name(shape)} raised "
+            f"{type(exc).__name__}: {first_line} (the example's first input is {_name(first.shape)}); give shapes "
+            "the model takes, or a factory with a `shape` keyword (smoke_tests/README.md)"
+        ) from None
 
 
 def example_at(spec: models.ModelSpec, shape: tuple[int, ...], seed: int) -> tuple[Example, models.LossFn]:

@@ -101,6 +101,53 @@ def test_a_model_without_an_input_tensor_or_of_another_rank_cannot_be_swept() ->
         sweep.check(_spec(nn.Linear(4, 2), torch.zeros(2, 4)), [(2, 4), (1, 2, 3)])
 
 
+class Normed(nn.Module):
+    """A model whose forward changes its own state in training (BatchNorm's statistics and batch count)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.fc, self.norm, self.drop = nn.Linear(4, 6), nn.BatchNorm1d(6), nn.Dropout(0.5)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        out: torch.Tensor = self.drop(self.norm(self.fc(x)))
+        return out
+
+
+def test_a_shape_the_models_forward_refuses_is_a_usage_error_before_any_step() -> None:
+    # --shapes 1x128 on a model of width 32 was swept and reported as "torch.compile failed"
+    model = Normed()
+    state = {k: v.clone() for k, v in model.state_dict().items()}
+    rng = torch.random.get_rng_state()
+    with pytest.raises(UsageError, match=r"--shapes: 8x5 does not fit the model: its forward at 8x5 raised "
+                                         r"RuntimeError: .*\(the example's first input is 2x4\)"):  # fmt: skip
+        sweep.check(_spec(model, torch.zeros(2, 4)), [(8, 4), (8, 5)])
+    sweep.check(_spec(model, torch.zeros(2, 4)), [(8, 4), (3, 4)])
+    after = model.state_dict()
+    assert all(torch.equal(after[k], v) for k, v in state.items())  # running stats and num_batches_tracked too
+    assert torch.equal(torch.random.get_rng_state(), rng)
+
+
+class ItemInForward(nn.Module):
+    """A forward meta tensors cannot run (it reads a value): the shape is tried with data before it is refused."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.fc = nn.Linear(4, 2)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        out: torch.Tensor = self.fc(x) * (2.0 if float(x.abs().sum()) >= 0 else 1.0)
+        return out
+
+
+def test_a_forward_that_reads_values_is_checked_with_data_not_refused() -> None:
+    model = ItemInForward()
+    weight = model.fc.weight.detach().clone()
+    sweep.check(_spec(model, torch.zeros(2, 4)), [(5, 4)])
+    assert torch.equal(model.fc.weight, weight)
+    with pytest.raises(UsageError, match="--shapes: 5x3 does not fit the model"):
+        sweep.check(_spec(model, torch.zeros(2, 4)), [(5, 3)])
+
+
 class Scaled(nn.Module):
     """Two inputs of one batch: features and a per-row scale."""
 
