@@ -226,8 +226,9 @@ def test_usage_errors_and_a_missing_device(base_env: dict[str, str], tmp_path: P
                        tmp=tmp_path)  # fmt: skip
     assert no_steps.returncode == 2 and "--sweep-steps: must be > 0: 0" in no_steps.output
     report = tmp_path / "sweep-report"
-    too_wide = fverify(base_env, "--device", "cpu", "--model", MLP, "--shapes", "8x32,8x128", "--eval-report",
-                       str(report), tmp=tmp_path)  # fmt: skip  (the MLP is 32 wide: was swept, "torch.compile failed")
+    # the MLP is 32 wide: 8x128 was swept and reported as "torch.compile failed"
+    shapes = ("--shapes", "8x32,8x128", "--eval-report", str(report))
+    too_wide = fverify(base_env, "--device", "cpu", "--model", MLP, *shapes, tmp=tmp_path)
     assert too_wide.returncode == 2, too_wide.output
     assert "--shapes: 8x128 does not fit the model: its forward at 8x128 raised RuntimeError" in too_wide.output
     assert not report.exists()
