@@ -97,6 +97,70 @@ def validate(matrix: Matrix, cell_id: str, packer: str = "packer", extra: Sequen
     return run([packer, "validate", *var_args(matrix, cell_id), *extra, str(staged)], matrix)
 
 
+# The Ansible controller's venv in the checkout: the templates' defaults for ansible_playbook_command and
+# testinfra_python (images/variables.pkr.hcl); scripts/dev-setup.sh makes it.
+CONTROLLER_VENV = ".venv-ansible"
+CONTROLLER_SETUP = (
+    "set up the controller as README's path A does (`python3.12 -m venv ~/.venvs/ansible && ~/.venvs/ansible/bin/pip "
+    "install -r ansible/requirements-controller.txt`, then ~/.venvs/ansible/bin on PATH), or as "
+    f"{CONTROLLER_VENV} in the checkout (scripts/dev-setup.sh --only ansible)"
+)
+
+
+def _given(extra: Sequence[str], name: str) -> str | None:
+    """The value of the last `-var=NAME=...` in extra (what --var NAME=... gave), or None."""
+    values = [arg.split("=", 2)[2] for arg in extra if arg.startswith(f"-var={name}=")]
+    return values[-1] if values else None
+
+
+def controller_vars(matrix: Matrix, extra: Sequence[str], testinfra: bool) -> list[str]:
+    """The -var arguments that name the build's Ansible controller: none when --var names it or the checkout has
+    its venv (the templates' defaults), else the ansible-playbook on PATH and the Python of its venv, where README's
+    path A puts the controller. Checked before Packer runs: the playbook command is an executable file, and, when
+    `testinfra` (a build that runs the testinfra suite), its Python imports testinfra, which would otherwise fail the
+    build only after the instance was launched and provisioned."""
+    venv = matrix.root / CONTROLLER_VENV / "bin"
+    added: list[str] = []
+    given = _given(extra, "ansible_playbook_command")
+    if given is not None:
+        playbook = matrix.root / given  # an absolute path stays itself
+    elif (venv / "ansible-playbook").exists():
+        playbook = venv / "ansible-playbook"
+    else:
+        found = shutil.which("ansible-playbook")
+        if found is None:
+            raise NeuronTorchError(
+                f"the AMI build provisions with Ansible from this machine, and there is no ansible-playbook: neither "
+                f"{venv / 'ansible-playbook'} nor one on PATH; {CONTROLLER_SETUP}"
+            )
+        playbook = Path(found)
+        added.append(f"-var=ansible_playbook_command={playbook}")
+    if not playbook.is_file() or not os.access(playbook, os.X_OK):
+        what = f"--var ansible_playbook_command={given}" if given is not None else str(playbook)
+        raise NeuronTorchError(f"{what}: no such file, or not executable; {CONTROLLER_SETUP}")
+    python_given = _given(extra, "testinfra_python")
+    if python_given is not None:
+        python = matrix.root / python_given
+    elif added:  # the venv of the ansible-playbook on PATH (a pipx link resolved to it)
+        python = playbook.resolve().parent / "python"
+        added.append(f"-var=testinfra_python={python}")
+    else:
+        python = venv / "python"
+    if testinfra and _given(extra, "run_testinfra") != "false":
+        try:
+            imported = subprocess.run([str(python), "-c", "import testinfra"], capture_output=True, check=False)
+            ok = imported.returncode == 0
+        except OSError:
+            ok = False
+        if not ok:
+            raise NeuronTorchError(
+                f"the build runs the testinfra suite with {python}, and {python} cannot import testinfra: install "
+                f"pytest-testinfra there ({python} -m pip install -r ansible/requirements-controller.txt), name "
+                "another with --var testinfra_python=PATH, or skip the suite with --var run_testinfra=false"
+            )
+    return added
+
+
 # What `build ami --dry-run` shows, evaluated by Packer from the templates themselves (`packer console`).
 IDENTITY = (
     "jsonencode({name = local.ami_name, tags = local.tags, deprecate_at = local.deprecate_at, "
@@ -127,6 +191,7 @@ def identity(
     legacy = is_legacy(packer_version(packer))
     ensure_rendered(matrix)
     staged = stage_templates(matrix, legacy)
+    extra = [*controller_vars(matrix, extra, testinfra=False), *extra]  # validate runs `ansible-playbook --version`
     settings = [*var_args(matrix, cell.id), *release_vars(matrix, lock_path), *extra, str(staged)]
     # Validated first, as a build is: `packer console` evaluates without the variables' validation rules.
     checked = subprocess.run([packer, "validate", *settings], capture_output=True, text=True, cwd=matrix.root)
@@ -177,7 +242,8 @@ def prepare_build(
     lock_path = require_lock(matrix, cell, lock)  # the lock gate, before any work
     if lock is not None:  # the template reads ${repo_root}/${lock_file}
         extra = [*extra, f"-var=lock_file={os.path.relpath(lock_path.resolve(), matrix.root)}"]
-    extra = [*release_vars(matrix, lock_path), *extra]  # the AMI's git-sha and lock-sha256 tags
+    # the AMI's git-sha and lock-sha256 tags, and the Ansible controller (checked before any Packer command)
+    extra = [*release_vars(matrix, lock_path), *controller_vars(matrix, extra, testinfra=True), *extra]
     version = packer_version(packer)
     if only != "docker" and is_legacy(version):
         raise NeuronTorchError(

@@ -168,6 +168,11 @@ def test_build_ami_takes_a_lock_and_packer_variables(
     packer = release_copy / "packer"
     packer.write_text(f'#!/bin/sh\n[ "$1" = version ] && echo "Packer v1.11.2" && exit 0\necho "$@" >> {log}\n')
     packer.chmod(0o755)
+    for tool in ("ansible-playbook", "python"):  # the checkout's controller venv, as scripts/dev-setup.sh makes it
+        stand_in = release_copy / ".venv-ansible" / "bin" / tool
+        stand_in.parent.mkdir(parents=True, exist_ok=True)
+        stand_in.write_text("#!/bin/sh\nexit 0\n")  # `python -c 'import testinfra'` succeeds
+        stand_in.chmod(0o755)
     lock = release_copy / "my-lock.txt"
     lock.write_text(good_locks[CELL])
     matrix = str(release_copy / "constraints" / "matrix.toml")

@@ -111,6 +111,7 @@ def _stub(monkeypatch: pytest.MonkeyPatch, version: tuple[int, ...], status: dic
     monkeypatch.setattr(packer, "run", recorder)
     monkeypatch.setattr(packer, "packer_version", lambda packer_exe="packer": version)
     monkeypatch.setattr(packer, "require_lock", lambda matrix, cell, lock: lock or cell.lock_path)
+    monkeypatch.setattr(packer, "controller_vars", lambda matrix, extra, testinfra: [])  # its own tests below
     return recorder
 
 
@@ -192,3 +193,49 @@ def test_release_vars_tag_the_commit_and_the_lock(release: Matrix, tmp_path: Pat
     assert lock_sha == "-var=lock_sha256=" + hashlib.sha256(b"x==1\n").hexdigest()
     assert git_sha == "-var=git_sha=unknown", "the copied release is no git checkout"
     assert packer.release_vars(release, None)[1] == "-var=lock_sha256=none"
+
+
+def _tool(path: Path, body: str = "exit 0") -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(f"#!/bin/sh\n{body}\n")
+    path.chmod(0o755)
+    return path
+
+
+def test_the_controller_is_the_checkouts_venv_else_the_ansible_on_path(
+    release: Matrix, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # README's path A puts the controller's venv on PATH; the templates defaulted to the checkout's .venv-ansible
+    # only, and `build ami` failed in packer validate with "fork/exec .venv-ansible/bin/ansible-playbook"
+    monkeypatch.setenv("PATH", str(tmp_path / "empty"))
+    with pytest.raises(NeuronTorchError, match=r"no ansible-playbook: neither .*\.venv-ansible/bin/ansible-playbook "
+                                               r"nor one on PATH.*requirements-controller\.txt"):  # fmt: skip
+        packer.controller_vars(release, [], testinfra=False)
+    venv = tmp_path / "venvs" / "ansible" / "bin"
+    playbook, python = _tool(venv / "ansible-playbook"), _tool(venv / "python")
+    monkeypatch.setenv("PATH", f"{tmp_path / 'empty'}:{venv}")
+    assert packer.controller_vars(release, [], testinfra=True) == [
+        f"-var=ansible_playbook_command={playbook}",
+        f"-var=testinfra_python={python}",
+    ]
+    other = tmp_path / "other" / "bin"
+    given = [f"-var=ansible_playbook_command={_tool(other / 'ap')}", f"-var=testinfra_python={_tool(other / 'py')}"]
+    assert packer.controller_vars(release, given, testinfra=True) == []  # what --var names is kept
+    with pytest.raises(NeuronTorchError, match="--var ansible_playbook_command=/nonexistent/ap: no such file"):
+        packer.controller_vars(release, ["-var=ansible_playbook_command=/nonexistent/ap"], testinfra=False)
+    _tool(release.root / ".venv-ansible" / "bin" / "ansible-playbook")
+    _tool(release.root / ".venv-ansible" / "bin" / "python")
+    assert packer.controller_vars(release, [], testinfra=True) == []  # the templates' default
+
+
+def test_the_controllers_python_must_import_testinfra_when_the_build_runs_it(
+    release: Matrix, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    venv = tmp_path / "venv" / "bin"
+    _tool(venv / "ansible-playbook")
+    python = _tool(venv / "python", "exit 1")  # `python -c 'import testinfra'` fails
+    monkeypatch.setenv("PATH", str(venv))
+    with pytest.raises(NeuronTorchError, match=f"{python} cannot import testinfra.*--var run_testinfra=false"):
+        packer.controller_vars(release, [], testinfra=True)
+    assert packer.controller_vars(release, ["-var=run_testinfra=false"], testinfra=True)[0].startswith("-var=ansible")
+    assert len(packer.controller_vars(release, [], testinfra=False)) == 2  # a dry run validates, runs no testinfra
