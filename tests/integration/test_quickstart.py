@@ -7,7 +7,8 @@ bed's Ubuntu 26.04 twin, as a user's registry mirror serves it), nothing else.
 What runs as written: the set-up's `neuron-torch matrix`, every `neuron-torch lock` and `check` step, path B's `build
 image` (the real default cell's image, on the 26.04 twin: its tags, labels, the lock it installed and every pin
 checked inside; the only image build of the 2.14 family and the distro's Python 3.14, so a full build), `build ami`
-(with a stand-in `packer` first on PATH that logs what it is handed), `bundle` (path D: the real default cell's
+(with a stand-in `packer` first on PATH that logs what it is handed, and the Ansible controller's bin on PATH as the
+README says), `bundle` (path D: the real default cell's
 wheels from the fixture indexes, its apt packages from the test bed's `resolute` suite), and `sudo
 nt-bundle/install.sh` as user `ubuntu` with the network off, on the Ubuntu 26.04 twin given the traits of Canonical's
 AMIs that install.sh meets ([ami.python3]: python3 but no python3-venv, which install.sh refuses before installing
@@ -165,10 +166,15 @@ def test_the_neuron_torch_steps_run_as_written(project: tuple[Path, dict[str, st
     cell = shlex.split(lock)[-1]
     assert (copy / "constraints" / "locks" / f"{cell}.txt").is_file()
     assert "a sound, sealed lock" in run(check, project)
-    run(paths["C"][1], project)
+    controller = REPO / ".venv-ansible" / "bin"  # the README's ~/.venvs/ansible/bin, on PATH as path C says
+    if not (controller / "ansible-playbook").is_file():
+        pytest.skip(f"{controller}/ansible-playbook is missing: run scripts/dev-setup.sh (it makes .venv-ansible)")
+    run(paths["C"][1], project, path=controller)
     log = (copy.parent / "packer.log").read_text()
     build = [line for line in log.splitlines() if line.startswith("build ")]
     assert len(build) == 1 and "-var=region=us-east-1" in build[0] and f"{cell}.pkrvars.hcl" in build[0], log
+    assert f"-var=ansible_playbook_command={controller / 'ansible-playbook'}" in build[0].split(), log
+    assert f"-var=testinfra_python={controller / 'python'}" in build[0].split(), log
 
 
 def test_the_image_path_builds_as_written(project: tuple[Path, dict[str, str]], matrix: Matrix) -> None:
