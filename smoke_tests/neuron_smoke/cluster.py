@@ -22,6 +22,8 @@ from neuron_smoke.errors import UsageError
 DEFAULT_PORT = 29500  # torchrun's MASTER_PORT default
 DEFAULT_JOIN_TIMEOUT_S = 120.0
 FLAGS = ("nnodes", "node_rank", "master", "report_dir")  # any of them turns the multi-node mode on
+NODE_OPTIONS = {"local_addr": "--local-addr", "join_timeout": "--join-timeout", "allreduce_max_bytes":
+                "--allreduce-max-bytes"}  # fmt: skip  # settings of the multi-node mode only
 
 
 @dataclass(frozen=True)
@@ -62,7 +64,6 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     group.add_argument(
         "--join-timeout",
         type=positive(float),  # finite too: no rendezvous store takes inf as its timeout
-        default=DEFAULT_JOIN_TIMEOUT_S,
         metavar="SECONDS",
         help=f"how long the nodes wait for each other; a node not joined by then is named missing "
         f"({DEFAULT_JOIN_TIMEOUT_S:g})",
@@ -80,6 +81,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 def from_args(args: argparse.Namespace, env: Mapping[str, str]) -> ClusterSpec | None:
     """The multi-node settings, or None for a single-host run (no multi-node flag given)."""
     if all(getattr(args, name) is None for name in FLAGS):
+        given = [option for name, option in NODE_OPTIONS.items() if getattr(args, name) is not None]
+        if given:  # on one host it would be ignored
+            raise UsageError(f"{given[0]} goes with the multi-node mode (--nnodes N, or under Slurm or torchrun); a "
+                             "single-host run has no nodes to join")  # fmt: skip
         return None
     sources: dict[str, str] = {}
     nnodes = _value(args.nnodes, "--nnodes", ("SLURM_NNODES", "WORLD_SIZE"), env, sources, "nnodes")
@@ -95,7 +100,8 @@ def from_args(args: argparse.Namespace, env: Mapping[str, str]) -> ClusterSpec |
     if not 0 <= rank < nnodes:
         raise UsageError(f"--node-rank {rank} is not a rank of {nnodes} node(s): 0 to {nnodes - 1}")
     addr, port = _master(args.master, env, sources, nnodes)
-    return ClusterSpec(nnodes, rank, addr, port, args.join_timeout, args.local_addr, args.report_dir, sources)
+    join_timeout = DEFAULT_JOIN_TIMEOUT_S if args.join_timeout is None else args.join_timeout
+    return ClusterSpec(nnodes, rank, addr, port, join_timeout, args.local_addr, args.report_dir, sources)
 
 
 def _value(

@@ -72,10 +72,21 @@ def check_evaluation(args: argparse.Namespace) -> None:
     from neuron_smoke.evaluate.options import evaluation_requested
     from neuron_smoke.evaluate.shapes import parse_shapes
 
-    if not evaluation_requested(args):
-        if args.eval_report is not None:
-            raise UsageError("--eval-report DIR goes with --record, --baseline or --shapes (the model evaluation)")
+    if not evaluation_requested(args):  # the stages would ignore the evaluation's own options
+        own = {
+            "--eval-report DIR": args.eval_report,
+            "--precision": args.precision,
+            "--fail-on": args.fail_on,
+            "--full-tensor-limit": args.full_tensor_limit,
+            "--sweep-steps": args.sweep_steps,
+        }
+        given = [option for option, value in own.items() if value is not None]
+        if given:
+            stages = "; the stages take --strict-fp32" if given[0] == "--precision" else ""
+            raise UsageError(f"{given[0]} goes with --record, --baseline or --shapes (the model evaluation){stages}")
         return
+    if args.sweep_steps is not None and not args.shapes:
+        raise UsageError("--sweep-steps goes with --shapes (the timed steps of each swept shape)")
     if args.record and args.baseline:
         raise UsageError("--record and --baseline: record a baseline first, then compare in a second run")
     if args.model is None:

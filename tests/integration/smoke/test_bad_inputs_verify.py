@@ -158,6 +158,13 @@ CASES: list[Case] = [
     # the evaluation's inputs
     Case("record and baseline", [*EVAL, "--record", "{out}", "--baseline", "{out}"], "record a baseline first"),
     Case("shapes without model", ["--device", "cpu", "--shapes", "1x4"], "need --model"),
+    # an option of the evaluation, or of the multi-node mode, is refused where it does nothing (it was ignored)
+    Case("precision without evaluation", ["--precision", "fp32"], "--precision goes with --record, --baseline"),
+    Case("fail-on without evaluation", ["--fail-on", "compile"], "--fail-on goes with --record, --baseline"),
+    Case("tensor limit without evaluation", ["--full-tensor-limit", "5"], "--full-tensor-limit goes with"),
+    Case("sweep steps without shapes", [*EVAL, "--record", "{out}", "--sweep-steps", "3"], "--sweep-steps goes with"),
+    Case("local addr on one host", ["--local-addr", "10.0.0.1"], "--local-addr goes with the multi-node mode"),
+    Case("join timeout on one host", ["--join-timeout", "60"], "--join-timeout goes with the multi-node mode"),
     *values(
         "shapes",
         [*EVAL, "--shapes"],

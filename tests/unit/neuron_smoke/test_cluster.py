@@ -100,3 +100,17 @@ def test_ipv6_masters() -> None:
     assert cluster.parse_master("[fd00::2]", "--master") == ("fd00::2", 29500)
     spec = cluster.ClusterSpec(2, 0, "fd00::2", 7000)
     assert spec.master == "[fd00::2]:7000" and spec.report_file() is None
+
+
+@pytest.mark.parametrize(
+    "option", [("--local-addr", "10.0.0.1"), ("--join-timeout", "60"), ("--allreduce-max-bytes", "1024")]
+)
+def test_a_node_option_on_a_single_host_is_refused_not_ignored(option: tuple[str, str]) -> None:
+    with pytest.raises(UsageError, match=f"{option[0]} goes with the multi-node mode"):
+        cluster.from_args(args(*option), {})
+    assert cluster.from_args(args(*option, "--nnodes", "1"), {}) is not None
+
+
+def test_the_join_timeout_not_given_is_the_default() -> None:
+    spec = cluster.from_args(args("--nnodes", "1"), {})
+    assert spec is not None and spec.join_timeout_s == cluster.DEFAULT_JOIN_TIMEOUT_S

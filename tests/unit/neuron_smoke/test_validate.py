@@ -16,7 +16,8 @@ from neuron_smoke.errors import UsageError
 def namespace(**given: object) -> argparse.Namespace:
     base: dict[str, object] = {
         "device": None, "report": None, "junit": None, "record": None, "eval_report": None, "baseline": None,
-        "shapes": None, "model": None, "steps": None,
+        "shapes": None, "model": None, "steps": None, "precision": None, "fail_on": None, "full_tensor_limit": None,
+        "sweep_steps": None,
     }  # fmt: skip
     return argparse.Namespace(**{**base, **given})
 
@@ -59,6 +60,10 @@ def test_the_evaluations_rules(tmp_path: Path) -> None:
     validate.check_evaluation(namespace())
     with pytest.raises(UsageError, match="--eval-report DIR goes with --record"):
         validate.check_evaluation(namespace(eval_report=tmp_path))
+    with pytest.raises(UsageError, match=r"--precision goes with --record.*; the stages take --strict-fp32"):
+        validate.check_evaluation(namespace(precision="fp32"))
+    with pytest.raises(UsageError, match="--sweep-steps goes with --shapes"):
+        validate.check_evaluation(namespace(record=tmp_path / "a", model="m:f", sweep_steps=3))
     with pytest.raises(UsageError, match="record a baseline first"):
         validate.check_evaluation(namespace(record=tmp_path / "a", baseline=tmp_path / "b", model="m:f"))
     with pytest.raises(UsageError, match="need --model"):
