@@ -149,8 +149,16 @@ def cmd_lock(args: argparse.Namespace, matrix: Matrix) -> int:
 def cmd_check(args: argparse.Namespace, matrix: Matrix) -> int:
     from neuron_torch.lockfile import gate_lock, lock_problems, read_lock, seal_command
 
+    with_lock = {"--sealed": args.sealed, "--index": args.index, "--ca-bundle": args.ca_bundle}
     if args.cell_record:
+        if args.lock or args.cell or any(with_lock.values()):
+            raise NeuronTorchError("check --cell-record checks one cell record; --lock, --cell and their options go "
+                                   "in a check of their own")  # fmt: skip
         return _check_cell_record(args.cell_record)
+    if not (args.lock or args.cell):
+        given = [option for option, value in with_lock.items() if value]
+        if given:  # the whole-release check would ignore it
+            raise NeuronTorchError(f"check {given[0]} goes with --lock FILE --cell ID (the check of one lock)")
     if args.lock or args.cell:
         if not (args.lock and args.cell):
             raise NeuronTorchError("check --lock FILE needs --cell ID (the cell the lock is for), and the reverse")

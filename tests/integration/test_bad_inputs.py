@@ -253,6 +253,14 @@ MORE: list[Case] = [
     Case("instance unknown family", ["instance", "p5.48xlarge"], "instance type 'p5.48xlarge' is not supported"),
     Case("instance unsupported family", ["instance", "trn1.32xlarge"], "is not supported: Trn1"),
     Case("instance long", ["instance", f"trn2.{LONG}"], "(5000 characters)"),
+    # an option that goes with --lock, given without it, is refused, not ignored (`check --sealed` checked no seal)
+    Case("check sealed alone", ["check", "--sealed"], "check --sealed goes with --lock FILE --cell ID"),
+    Case("check index alone", ["check", "--index", "torch=http://x/simple"], "check --index goes with --lock"),
+    Case(
+        "check record and lock",
+        ["check", "--cell-record", "{folder}", "--lock", "{good_lock}", "--cell", CELL],
+        "check --cell-record checks one cell record; --lock",
+    ),
     Case("manifest release empty", ["manifest", "--release", ""], "argument --release: is empty", 2, ARGPARSE),
     # an empty value is refused, not taken as the option left out or as '' (a Path: the current folder)
     Case("cluster-report dir empty", ["cluster-report", "", "--expect", "1"], "argument dir: is empty", 2, ARGPARSE),
