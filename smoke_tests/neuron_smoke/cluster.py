@@ -22,8 +22,12 @@ from neuron_smoke.errors import UsageError
 DEFAULT_PORT = 29500  # torchrun's MASTER_PORT default
 DEFAULT_JOIN_TIMEOUT_S = 120.0
 FLAGS = ("nnodes", "node_rank", "master", "report_dir")  # any of them turns the multi-node mode on
-NODE_OPTIONS = {"local_addr": "--local-addr", "join_timeout": "--join-timeout", "allreduce_max_bytes":
-                "--allreduce-max-bytes"}  # fmt: skip  # settings of the multi-node mode only
+# Settings of the multi-node mode only: refused on one host, where they would be ignored.
+NODE_OPTIONS = {
+    "local_addr": "--local-addr",
+    "join_timeout": "--join-timeout",
+    "allreduce_max_bytes": "--allreduce-max-bytes",
+}
 
 
 @dataclass(frozen=True)

@@ -34,7 +34,7 @@ class OneLineParser(argparse.ArgumentParser):
         """Every value given, converted by the action's type; an empty one refused. `--cell "$UNSET"` would otherwise
         be taken as given: an option left at its default (no pins checked), or '' as a Path, the current folder."""
         passed_on = action.nargs in (argparse.PARSER, argparse.REMAINDER)  # a subcommand's: its parser checks them
-        if not passed_on and isinstance(arg_string, str) and not arg_string.strip():
+        if not passed_on and not arg_string.strip():
             optional = action.option_strings and not action.required
             leave = f", or leave {action.option_strings[0]} out for its default" if optional else ""
             raise argparse.ArgumentError(action, f"is empty: give a value{leave}")

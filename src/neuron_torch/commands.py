@@ -155,10 +155,6 @@ def cmd_check(args: argparse.Namespace, matrix: Matrix) -> int:
             raise NeuronTorchError("check --cell-record checks one cell record; --lock, --cell and their options go "
                                    "in a check of their own")  # fmt: skip
         return _check_cell_record(args.cell_record)
-    if not (args.lock or args.cell):
-        given = [option for option, value in with_lock.items() if value]
-        if given:  # the whole-release check would ignore it
-            raise NeuronTorchError(f"check {given[0]} goes with --lock FILE --cell ID (the check of one lock)")
     if args.lock or args.cell:
         if not (args.lock and args.cell):
             raise NeuronTorchError("check --lock FILE needs --cell ID (the cell the lock is for), and the reverse")
@@ -187,6 +183,9 @@ def cmd_check(args: argparse.Namespace, matrix: Matrix) -> int:
     else:
         from neuron_torch.check import problems
 
+        given = [option for option, value in with_lock.items() if value]
+        if given:  # the whole-release check would ignore it
+            raise NeuronTorchError(f"check {given[0]} goes with --lock FILE --cell ID (the check of one lock)")
         found = problems(matrix)
     for problem in found:
         print(f"problem: {with_options(problem, args)}", file=sys.stderr)
