@@ -1,8 +1,9 @@
 """What verify-device knows of the release it checks: `neuron_instances.json` beside this file, rendered from
 constraints/matrix.toml by `neuron-torch render` (device counts per instance type, the peak of one physical
-NeuronCore per instance type, the fabric provider and EFA device counts). `NEURON_SMOKE_INSTANCE_FACTS=FILE` reads
-another release's rendering instead (the test release's, whose fabric is libfabric's `tcp` and whose peak is the
-simulated device's): the provider and the peak are always the release's, never an option of its own. Torch-free."""
+NeuronCore per instance type, the instance types it supports, the fabric provider and EFA device counts).
+`NEURON_SMOKE_INSTANCE_FACTS=FILE` reads another release's rendering instead (the test release's, whose fabric is
+libfabric's `tcp` and whose peak is the simulated device's): the provider and the peak are always the release's, never
+an option of its own. Torch-free."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from neuron_cell.boundary import quote
+from neuron_cell.instances import InstanceTable
 from neuron_smoke.errors import UsageError
 
 ENV = "NEURON_SMOKE_INSTANCE_FACTS"
@@ -48,6 +50,22 @@ def load() -> dict[str, Any]:
 
 def logical_devices() -> dict[str, int]:
     return {str(k): int(v) for k, v in load()["logical_devices"].items()}
+
+
+def instance_table() -> InstanceTable:
+    """The instance types the release supports and the families it refuses (neuron_cell.instances.judge reads it)."""
+    found = load().get("support")
+    if not isinstance(found, dict):
+        raise UsageError(
+            f"{path()}: the release facts name no supported instance types (no support table); render them again "
+            "with `neuron-torch render`"
+        )
+    return InstanceTable(
+        release=str(load().get("release") or "the release"),
+        known={str(k): str(v) for k, v in (found.get("known") or {}).items()},
+        families=[str(f) for f in found.get("families") or []],
+        unsupported={str(k): str(v) for k, v in (found.get("unsupported") or {}).items()},
+    )
 
 
 def fabric() -> dict[str, Any]:

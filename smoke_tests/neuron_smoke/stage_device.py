@@ -14,7 +14,8 @@ import subprocess
 
 import torch
 
-from neuron_smoke import cores
+from neuron_cell.instances import UnsupportedInstance, judge
+from neuron_smoke import cores, release_facts
 from neuron_smoke.backends import Backend, have_tool
 from neuron_smoke.context import Context, StageLog
 from neuron_smoke.errors import DeviceMissing
@@ -149,6 +150,8 @@ def _neuron_count(ctx: Context, log: StageLog, count: int, nodes: list[str]) -> 
     log.numbers["visible_cores"] = visible
     instance = ctx.options.instance_type or instance_type_from_imds()
     log.numbers["instance_type"] = instance
+    if instance and not _supported(instance, "--instance-type" if ctx.options.instance_type else "IMDS", log):
+        return
     expected = ctx.options.expected_devices
     if expected is None and instance:
         expected = _whole_instance(ctx, log, instance, len(nodes), plan.user_restricted)
@@ -157,6 +160,16 @@ def _neuron_count(ctx: Context, log: StageLog, count: int, nodes: list[str]) -> 
         log.note(f"expected device count unknown for instance type {instance or 'unknown'} (pass --expected-devices)")
     elif expected is not None and visible != expected:
         log.fail(f"{visible} NeuronCore(s) visible to this run, expected {expected} for {instance or 'this host'}")
+
+
+def _supported(instance: str, source: str, log: StageLog) -> bool:
+    """Whether the release supports this instance type (a Trn1 or Inf2 host fails with the release's reason)."""
+    try:
+        judge(release_facts.instance_table(), instance)
+    except UnsupportedInstance as exc:
+        log.fail(f"{exc} (the instance type from {source})")
+        return False
+    return True
 
 
 def _whole_instance(ctx: Context, log: StageLog, instance: str, nodes: int, restricted: bool) -> int | None:
@@ -184,6 +197,8 @@ def _expected_count(ctx: Context, log: StageLog, count: int) -> None:
         expected = ctx.options.expected_devices
         if expected is not None:
             log.note(f"--expected-devices {expected} not checked: torch counts the CPU as one device")
+        if ctx.options.instance_type is not None:
+            log.note(f"--instance-type {ctx.options.instance_type} not used: it sets what a neuron or cuda run expects")
         return
     instance = ctx.options.instance_type or instance_type_from_imds()
     log.numbers["instance_type"] = instance

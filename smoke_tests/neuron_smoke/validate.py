@@ -52,6 +52,19 @@ def check_cluster(args: argparse.Namespace) -> ClusterSpec | None:
     return spec
 
 
+def check_instance_type(args: argparse.Namespace) -> None:
+    """--instance-type on neuron: one the release supports (a Trn1 type is refused with the release's reason)."""
+    if args.instance_type is None or args.device != "neuron":
+        return  # cuda has its own table; on the CPU the device stage notes it is not used
+    from neuron_cell.instances import UnsupportedInstance, judge
+    from neuron_smoke import release_facts
+
+    try:
+        judge(release_facts.instance_table(), args.instance_type)
+    except UnsupportedInstance as exc:
+        raise UsageError(f"--instance-type: {exc}") from None
+
+
 def check_outputs(args: argparse.Namespace) -> None:
     for option, path in (("--report", args.report), ("--junit", args.junit)):
         if path is not None:

@@ -13,11 +13,10 @@ from enum import StrEnum
 from pathlib import Path
 
 from neuron_cell.boundary import quote
+from neuron_cell.instances import InstanceTable, UnsupportedInstance, judge
 from neuron_cell.lockgate import canonical_name, forbidden_reason
 from neuron_torch.errors import NeuronTorchError, UnsupportedError
 
-# An EC2 size: 48xlarge, 3xlarge, xlarge, large, metal, metal-48xl.
-_INSTANCE_SIZE = re.compile(r"(\d*x)?large|metal(-\d+xl)?")
 _CELL_ID = re.compile(r"^(?P<family>[^-]+)-py(?P<python>[^-]+)-(?P<os>.+)$")
 
 
@@ -322,28 +321,25 @@ class Matrix:
             raise UnsupportedError(f"{os_id} is not supported: {reason}. Supported: {supported}")
         raise UnsupportedError(f"operating system {quote(os_id)} is not in {self.release.name}. Supported: {supported}")
 
-    def instance(self, instance_type: str) -> Instance:
-        if instance_type in self.instances:
-            return self.instances[instance_type]
-        known = ", ".join(self.instances)
-        family = instance_type.split(".", 1)[0]
-        reason = self.unsupported.instance_families.get(family)
-        if reason:
-            raise UnsupportedError(f"instance type {instance_type} is not supported: {reason}. Supported: {known}")
-        if family in self.instance_families:
-            size = instance_type.partition(".")[2]
-            if not _INSTANCE_SIZE.fullmatch(size):
-                raise UnsupportedError(
-                    f"instance type {quote(instance_type)}: {quote(size)} is not an EC2 instance size (such as "
-                    f"48xlarge, 3xlarge or metal); known types: {known}"
-                )
-            # A size the release does not list (e.g. trn3.3xlarge): its family is supported, its device count unknown.
-            note = f"{instance_type} is not listed in {self.release.name}: its device count is not documented there"
-            return Instance(instance_type, family, 0, 0, note)
-        raise UnsupportedError(
-            f"instance type '{instance_type}' is not supported; supported families: "
-            f"{', '.join(self.instance_families)} (known types: {known})"
+    def instance_table(self) -> InstanceTable:
+        """What the release knows of instance types, for neuron_cell.instances.judge (and verify-device's facts)."""
+        return InstanceTable(
+            release=self.release.name,
+            known={i.type: i.family for i in self.instances.values()},
+            families=list(self.instance_families),
+            unsupported=dict(self.unsupported.instance_families),
         )
+
+    def instance(self, instance_type: str) -> Instance:
+        try:
+            judged = judge(self.instance_table(), instance_type)
+        except UnsupportedInstance as exc:
+            raise UnsupportedError(str(exc)) from None
+        if judged.listed:
+            return self.instances[instance_type]
+        # A size the release does not list (e.g. trn3.3xlarge): its family is supported, its device count unknown.
+        note = f"{instance_type} is not listed in {self.release.name}: its device count is not documented there"
+        return Instance(instance_type, judged.family, 0, 0, note)
 
     def require_arch(self, arch: str) -> str:
         arches = sorted({f.arch for f in self.instance_families.values()})

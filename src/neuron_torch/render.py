@@ -80,10 +80,11 @@ def smoke_instance_facts(matrix: Matrix) -> dict[Path, str]:
 
 def instance_facts(matrix: Matrix) -> dict[str, object]:
     """What verify-device reads of a release: device counts, the peak of one physical NeuronCore (its throughput
-    floor), and the fabric its cluster stages check (the test release's are written where its tests point
-    `NEURON_SMOKE_INSTANCE_FACTS`)."""
+    floor), the instance types it supports, and the fabric its cluster stages check (the test release's are written
+    where its tests point `NEURON_SMOKE_INSTANCE_FACTS`)."""
     instances = matrix.instances.values()
     core_peaks = {i.type: matrix.instance_families[i.family].core_peak_tflops() for i in instances}
+    table = matrix.instance_table()
     return {
         "_generated": banner(matrix),
         "release": matrix.release.name,
@@ -97,6 +98,11 @@ def instance_facts(matrix: Matrix) -> dict[str, object]:
             "efa_undocumented": sorted(i.type for i in instances if not i.efa_devices),
         },
         "compiler": {"default_precision": matrix.compiler.default_precision, "note": matrix.compiler.note},
+        "support": {  # neuron_cell.instances.InstanceTable: which instance types the release supports, and why not
+            "known": dict(table.known),
+            "families": list(table.families),
+            "unsupported": dict(table.unsupported),
+        },
     }
 
 

@@ -118,6 +118,10 @@ CASES: list[Case] = [
     Case("record empty", ["--record", "", "--model", "m:f"], "argument --record: is empty", ARGPARSE),
     Case("report empty", ["--report", " "], "argument --report: is empty", ARGPARSE),
     Case("nproc one", ["--nproc", "1"], "--nproc must be at least 2"),
+    # an instance type the release refuses (it was noted as "expected device count unknown")
+    Case("instance trn1", ["--instance-type", "trn1.32xlarge"], "--instance-type: instance type trn1.32xlarge is not"),
+    Case("instance typo", ["--instance-type", "trn2.48xlage"], "'48xlage' is not an EC2 instance size"),
+    Case("instance other", ["--instance-type", "p5.48xlarge"], "supported families: trn2, trn3"),
     Case("floor 100", ["--throughput-floor", "100"], "--throughput-floor must be a percentage"),
     Case("floor negative", ["--throughput-floor", "-1"], "--throughput-floor must be a percentage"),
     # the cell file

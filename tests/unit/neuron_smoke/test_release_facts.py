@@ -9,7 +9,8 @@ import pytest
 
 from neuron_smoke import release_facts
 from neuron_smoke.errors import UsageError
-from tests import written
+from neuron_torch.matrix import load_matrix
+from tests import REPO_ROOT, written
 
 
 @pytest.fixture(autouse=True)
@@ -47,3 +48,18 @@ def test_a_bad_facts_file_is_a_usage_error(
     monkeypatch.setenv(release_facts.ENV, str(path))
     with pytest.raises(UsageError, match="NEURON_SMOKE_INSTANCE_FACTS="):
         release_facts.check()
+
+
+def test_the_packaged_release_supports_what_the_matrix_supports(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv(release_facts.ENV, raising=False)
+    table = release_facts.instance_table()
+    assert table == load_matrix(REPO_ROOT / "constraints" / "matrix.toml").instance_table()
+    assert "trn1" in table.unsupported and "trn2.48xlarge" in table.known
+
+
+def test_facts_without_a_support_table_are_a_usage_error(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    path = tmp_path / "facts.json"
+    path.write_text(json.dumps({"logical_devices": {}}))
+    monkeypatch.setenv(release_facts.ENV, str(path))
+    with pytest.raises(UsageError, match=r"no support table.*neuron-torch render"):
+        release_facts.instance_table()

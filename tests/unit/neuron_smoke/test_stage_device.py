@@ -52,6 +52,14 @@ def test_an_expected_count_on_the_cpu_is_said_to_be_unchecked() -> None:
     assert log.notes == ["--expected-devices 4 not checked: torch counts the CPU as one device"]
 
 
+def test_an_instance_type_on_the_cpu_is_said_to_be_unused() -> None:
+    log = StageLog()
+    stage_device.run(_ctx(CPU, instance_type="trn2.48xlarge"), log)
+    assert log.failures == [] and log.notes == [
+        "--instance-type trn2.48xlarge not used: it sets what a neuron or cuda run expects"
+    ]
+
+
 def test_no_neuron_device_files_is_a_missing_device(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     _nodes(tmp_path, monkeypatch, 0)
     log = StageLog()
@@ -219,14 +227,36 @@ def test_the_instance_count_is_not_compared_when_part_of_it_is_visible(monkeypat
     assert stage_device._whole_instance(_ctx(), StageLog(), name, 10**3, False) == full * 2
 
 
-def test_an_unknown_instance_is_noted_and_expected_devices_wins(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_an_unlisted_size_is_noted_and_expected_devices_wins(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(cores, "current", lambda: _plan(1, 4))
-    unknown = StageLog()
-    stage_device._neuron_count(_ctx(instance_type="x9.tiny"), unknown, 1, [])
-    assert unknown.failures == [] and "x9.tiny" in unknown.notes[0]
+    unknown = StageLog()  # a size of a supported family the release does not list: its count is unknown
+    stage_device._neuron_count(_ctx(instance_type="trn3.3xlarge"), unknown, 1, [])
+    assert unknown.failures == [] and "trn3.3xlarge" in unknown.notes[0]
     given = StageLog()
-    stage_device._neuron_count(_ctx(instance_type="x9.tiny", expected_devices=8), given, 1, [])
-    assert given.failures == ["4 NeuronCore(s) visible to this run, expected 8 for x9.tiny"]
+    stage_device._neuron_count(_ctx(instance_type="trn3.3xlarge", expected_devices=8), given, 1, [])
+    assert given.failures == ["4 NeuronCore(s) visible to this run, expected 8 for trn3.3xlarge"]
+
+
+@pytest.mark.parametrize(
+    ("instance", "given", "reason"),
+    [
+        ("trn1.32xlarge", False, "is not supported: Trn1 is not listed for TorchNeuron"),
+        ("inf2.48xlarge", False, "is not supported: Inf2"),
+        ("x9.tiny", True, "supported families: trn2, trn3"),
+    ],
+)
+def test_an_instance_type_the_release_refuses_fails_with_its_reason(
+    instance: str, given: bool, reason: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # a Trn1 host (IMDS's answer) passed the device stage with "expected device count unknown"
+    monkeypatch.setattr(cores, "current", lambda: _plan(1, 4))
+    monkeypatch.setattr(stage_device, "instance_type_from_imds", lambda: instance)
+    log = StageLog()
+    stage_device._neuron_count(_ctx(instance_type=instance if given else None, expected_devices=4), log, 1, [])
+    (failure,) = log.failures
+    source = "--instance-type" if given else "IMDS"
+    assert reason in failure and failure.endswith(f"(the instance type from {source})")
+    assert log.numbers["instance_type"] == instance and "expected_device_count" not in log.numbers
 
 
 def test_the_gpu_count_against_the_instance_table() -> None:
