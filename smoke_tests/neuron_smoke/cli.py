@@ -128,6 +128,7 @@ def parse_options(argv: Sequence[str] | None) -> tuple[Options, argparse.Namespa
     validate.check_environment()
     spec = validate.check_cluster(args)
     validate.check_instance_type(args)
+    validate.check_throughput_size(args)
     validate.check_outputs(args)
     validate.check_evaluation(args)
     from neuron_smoke.cells import load_cell

@@ -35,9 +35,16 @@ def run(ctx: Context, log: StageLog) -> None:
     n = ctx.options.throughput_size or ctx.backend.throughput_size
     dtype: torch.dtype = getattr(torch, ctx.backend.throughput_dtype)
     gen = torch.Generator().manual_seed(7)
-    a = torch.randn(n, n, generator=gen).to(dtype).to(ctx.device)
-    b = torch.randn(n, n, generator=gen).to(dtype).to(ctx.device)
-    times = steady_state(ctx, lambda: a @ b)
+    try:
+        a = torch.randn(n, n, generator=gen).to(dtype).to(ctx.device)
+        b = torch.randn(n, n, generator=gen).to(dtype).to(ctx.device)
+        times = steady_state(ctx, lambda: a @ b)
+    except RuntimeError as exc:  # torch.OutOfMemoryError too
+        message = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        if "memory" not in message.lower() and "alloc" not in message.lower():
+            raise
+        log.fail(f"the {n}x{n}x{n} matmul does not fit in memory ({message}); give a smaller --throughput-size")
+        return
     median = statistics.median(times)
     tflops = 2 * n**3 / median / 1e12
     name = device_name(ctx)

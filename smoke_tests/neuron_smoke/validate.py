@@ -65,6 +65,25 @@ def check_instance_type(args: argparse.Namespace) -> None:
         raise UsageError(f"--instance-type: {exc}") from None
 
 
+def check_throughput_size(args: argparse.Namespace) -> None:
+    """--throughput-size N whose two NxN float32 inputs (made on the host, then moved to the device) need more than
+    the host's whole memory can never run: a usage error, not the allocator's error at the throughput stage."""
+    n = args.throughput_size
+    if n is None:
+        return
+    need = 2 * n * n * 4
+    total = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    if need > total:
+        raise UsageError(
+            f"--throughput-size {n}: the two {n}x{n} float32 inputs need {_gib(need)}, more than this host's "
+            f"{_gib(total)} of memory; give a smaller N, or leave --throughput-size out for the device's default"
+        )
+
+
+def _gib(size: int) -> str:
+    return f"{size / 2**30:,.1f} GiB"
+
+
 def check_outputs(args: argparse.Namespace) -> None:
     for option, path in (("--report", args.report), ("--junit", args.junit)):
         if path is not None:

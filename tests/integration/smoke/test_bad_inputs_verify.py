@@ -122,6 +122,7 @@ CASES: list[Case] = [
     Case("instance trn1", ["--instance-type", "trn1.32xlarge"], "--instance-type: instance type trn1.32xlarge is not"),
     Case("instance typo", ["--instance-type", "trn2.48xlage"], "'48xlage' is not an EC2 instance size"),
     Case("instance other", ["--instance-type", "p5.48xlarge"], "supported families: trn2, trn3"),
+    Case("throughput size huge", ["--throughput-size", "10000000"], "inputs need 745,058.1 GiB, more than this host"),
     Case("floor 100", ["--throughput-floor", "100"], "--throughput-floor must be a percentage"),
     Case("floor negative", ["--throughput-floor", "-1"], "--throughput-floor must be a percentage"),
     # the cell file

@@ -121,3 +121,26 @@ def test_on_neuron_throughput_under_the_floor_fails() -> None:
     unknown = StageLog()
     stage_throughput.run(_ctx(dataclasses.replace(host_speed, throughput_dtype="int8"), throughput_floor=50.0), unknown)
     assert unknown.failures == [] and unknown.numbers["peak_tflops"] is None  # no documented int8 peak: not failed
+
+
+def test_inputs_that_do_not_fit_in_memory_fail_naming_the_option(monkeypatch: pytest.MonkeyPatch) -> None:
+    # the allocator's error was the stage's whole message
+    def refuse(*args: Any, **kwargs: Any) -> torch.Tensor:
+        raise RuntimeError("[enforce fail at alloc_cpu.cpp:127] DefaultCPUAllocator: can't allocate memory\nmore")
+
+    monkeypatch.setattr(torch, "randn", refuse)
+    log = StageLog()
+    stage_throughput.run(_ctx(), log)
+    assert log.failures == [
+        "the 64x64x64 matmul does not fit in memory ([enforce fail at alloc_cpu.cpp:127] DefaultCPUAllocator: can't "
+        "allocate memory); give a smaller --throughput-size"
+    ]
+
+
+def test_another_error_is_not_called_a_memory_problem(monkeypatch: pytest.MonkeyPatch) -> None:
+    def broken(*args: Any, **kwargs: Any) -> torch.Tensor:
+        raise RuntimeError("device lost")
+
+    monkeypatch.setattr(torch, "randn", broken)
+    with pytest.raises(RuntimeError, match="device lost"):
+        stage_throughput.run(_ctx(), StageLog())

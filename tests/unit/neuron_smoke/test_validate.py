@@ -17,7 +17,7 @@ def namespace(**given: object) -> argparse.Namespace:
     base: dict[str, object] = {
         "device": None, "report": None, "junit": None, "record": None, "eval_report": None, "baseline": None,
         "shapes": None, "model": None, "steps": None, "precision": None, "fail_on": None, "full_tensor_limit": None,
-        "sweep_steps": None,
+        "sweep_steps": None, "instance_type": None, "throughput_size": None,
     }  # fmt: skip
     return argparse.Namespace(**{**base, **given})
 
@@ -40,6 +40,28 @@ def test_the_switches_take_0_1_or_nothing(monkeypatch: pytest.MonkeyPatch) -> No
     monkeypatch.setenv("NEURON_SMOKE_IMDS", "yes")
     with pytest.raises(UsageError, match=r"NEURON_SMOKE_IMDS='yes': must be 0 or 1"):
         validate.check_environment()
+
+
+def test_a_throughput_size_larger_than_the_hosts_memory_is_refused(monkeypatch: pytest.MonkeyPatch) -> None:
+    # --throughput-size 10000000 ran, and failed at the stage with the allocator's 400000000000000-byte error
+    pages = {"SC_PAGE_SIZE": 4096, "SC_PHYS_PAGES": 2**20}  # 4 GiB: two 16384x16384 float32 inputs fill 2 GiB
+    monkeypatch.setattr(validate.os, "sysconf", lambda name: pages[name])
+    validate.check_throughput_size(namespace())
+    validate.check_throughput_size(namespace(throughput_size=16384))
+    with pytest.raises(UsageError) as raised:
+        validate.check_throughput_size(namespace(throughput_size=32768))  # 8 GiB
+    assert str(raised.value) == (
+        "--throughput-size 32768: the two 32768x32768 float32 inputs need 8.0 GiB, more than this host's 4.0 GiB of "
+        "memory; give a smaller N, or leave --throughput-size out for the device's default"
+    )
+
+
+def test_an_instance_type_on_neuron_must_be_one_the_release_supports() -> None:
+    validate.check_instance_type(namespace(device="neuron", instance_type="trn2.48xlarge"))
+    validate.check_instance_type(namespace(device="cuda", instance_type="p5.48xlarge"))  # cuda's table, not judged
+    validate.check_instance_type(namespace(device="cpu", instance_type="trn1.32xlarge"))  # the stage notes it unused
+    with pytest.raises(UsageError, match=r"^--instance-type: instance type trn1.32xlarge is not supported: Trn1"):
+        validate.check_instance_type(namespace(device="neuron", instance_type="trn1.32xlarge"))
 
 
 def test_report_and_junit_need_files_of_their_own(tmp_path: Path) -> None:
