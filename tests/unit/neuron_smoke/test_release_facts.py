@@ -13,11 +13,6 @@ from neuron_torch.matrix import load_matrix
 from tests import REPO_ROOT, written
 
 
-@pytest.fixture(autouse=True)
-def fresh() -> None:
-    release_facts.load.cache_clear()
-
-
 def test_the_packaged_release_names_efa_and_the_documented_counts(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv(release_facts.ENV, raising=False)
     fabric = release_facts.fabric()

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -28,12 +27,9 @@ class CpuNamedNeuron(Backend):
 
 
 @pytest.fixture(autouse=True)
-def packaged_release(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
-    """The packaged release's facts, read afresh (release_facts.load caches what another test named)."""
+def packaged_release(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The packaged release's facts (conftest.py empties release_facts.load's cache around each test)."""
     monkeypatch.delenv(release_facts.ENV, raising=False)
-    release_facts.load.cache_clear()
-    yield
-    release_facts.load.cache_clear()
 
 
 def _ctx(backend: Backend = CPU, **options: Any) -> Context:
