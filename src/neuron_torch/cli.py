@@ -71,7 +71,7 @@ def add_lock(sub: Subparsers) -> None:
     p.add_argument("--find-links", type=Path, help="lock offline from a folder of wheels")
     p.add_argument("--out", type=Path, help="write the lock here instead of the cell's lock path")
     p.add_argument(
-        "--resolver", choices=RESOLVERS, default="uv",
+        "--resolver", choices=RESOLVERS,
         help="uv (default: any cell from one machine) or pip-tools (pip-compile, for the Python it runs on)",
     )  # fmt: skip
     p.add_argument("--seal", type=Path, metavar="FILE", help="check and seal a lock made elsewhere (pip-compile)")

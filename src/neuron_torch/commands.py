@@ -120,8 +120,9 @@ def cmd_lock(args: argparse.Namespace, matrix: Matrix) -> int:
     cells = list(matrix.cells) if args.all else [matrix.cell(args.cell)]
     if args.out and len(cells) > 1:
         raise NeuronTorchError("--out names one file: use it with --cell, not --all")
-    if args.seal and (args.all or args.find_links):
-        raise NeuronTorchError("--seal FILE seals one lock: use it with --cell ID, without --all or --find-links")
+    if args.seal and (args.all or args.find_links or args.resolver):
+        raise NeuronTorchError("--seal FILE seals one lock made elsewhere: use it with --cell ID, without --all, "
+                               "--find-links or --resolver (the lock keeps the resolver that made it)")  # fmt: skip
     index_urls = dict(_parse_index(value) for value in args.index)
     ca_bundle = args.ca_bundle or (args.mirror_settings.ca_bundle if args.mirror_settings else None)
     if args.seal:
@@ -140,7 +141,7 @@ def cmd_lock(args: argparse.Namespace, matrix: Matrix) -> int:
             ca_bundle=ca_bundle,
             find_links=args.find_links,
             out=args.out,
-            resolver=args.resolver,
+            resolver=args.resolver or "uv",
         )
         print(f"locked {cell.id} -> {relative(path, matrix)}")
     return EXIT_OK

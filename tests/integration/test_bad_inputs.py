@@ -133,6 +133,8 @@ CASES: list[tuple[str, list[str], str]] = [
     ("lock index unknown", ["lock", "--cell", CELL, "--index", "warez=http://x"], "unknown index name(s) warez"),
     ("lock all out", ["lock", "--all", "--out", "{out}"], "--out names one file"),
     ("lock seal all", ["lock", "--all", "--seal", "{good_lock}"], "--seal FILE seals one lock"),
+    # --resolver beside --seal was ignored: the sealed lock keeps the resolver that made it
+    ("lock seal resolver", ["lock", "--cell", CELL, "--seal", "{good_lock}", "--resolver", "uv"], "or --resolver (the"),
     ("lock seal folder", ["lock", "--cell", CELL, "--seal", "{folder}"], "is a folder, not a lock"),
     ("lock seal other cell", ["lock", "--cell", OTHER_CELL, "--seal", "{good_lock}"], "is the lock of"),
     ("unknown cell", ["cell", f"{LAST.name}-py{LAST.pythons[1]}-ubuntu30.04"], "ubuntu30.04"),

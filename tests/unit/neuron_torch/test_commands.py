@@ -262,8 +262,9 @@ def test_check_of_a_cell_record(release: Release, tmp_path: Path) -> None:
     ("argv", "problem"),
     [
         (["--all", "--out", "x.txt"], "--out names one file: use it with --cell, not --all"),
-        (["--all", "--seal", "x.txt"], "--seal FILE seals one lock: use it with --cell ID"),
+        (["--all", "--seal", "x.txt"], "--seal FILE seals one lock made elsewhere: use it with --cell ID"),
         (["--cell", "{cell}", "--seal", "x.txt", "--find-links", "w"], "--seal FILE seals one lock"),
+        (["--cell", "{cell}", "--seal", "x.txt", "--resolver", "pip-tools"], "the lock keeps the resolver that made"),
     ],
 )
 def test_lock_refuses_options_that_do_not_go_together(release: Release, argv: list[str], problem: str) -> None:
