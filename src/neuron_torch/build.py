@@ -148,11 +148,16 @@ def dockerfile_stages(matrix: Matrix) -> list[str]:
     return re.findall(r"^FROM\s+\S+\s+AS\s+(\S+)\s*$", text, flags=re.MULTILINE | re.IGNORECASE)
 
 
-def check_target(matrix: Matrix, target: str) -> None:
+def check_target(matrix: Matrix, target: str, *, compare: bool = False) -> None:
     stages = dockerfile_stages(matrix)
     if target not in stages:
         raise NeuronTorchError(
             f"--target {quote(target)} is no stage of {matrix.root / 'Dockerfile'}; its stages: {', '.join(stages)}"
+        )
+    if compare and target != stages[-1]:  # the SBOMs --compare reads are written in the last stage
+        raise NeuronTorchError(
+            f"--compare checks a whole image's package set (its SBOMs, written in the {stages[-1]} stage); --target "
+            f"{target} stops before it: leave one of them out"
         )
 
 

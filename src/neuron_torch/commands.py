@@ -237,6 +237,10 @@ def cmd_build_image(args: argparse.Namespace, matrix: Matrix) -> int:
         from neuron_torch.files import check_executable
 
         check_executable(os.environ["DOCKER"], "DOCKER")
+    if args.compare and args.target:
+        from neuron_torch.build import check_target
+
+        check_target(matrix, args.target, compare=True)  # before the image compared with is read
     before = None
     if args.compare and not args.dry_run:  # read first: the build may move the tag compared with
         from neuron_torch.build import docker_binary

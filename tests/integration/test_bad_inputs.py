@@ -160,6 +160,11 @@ CASES: list[tuple[str, list[str], str]] = [
         ["build", "image", "--cell", CELL, "--lock", "{good_lock}", "--tag", "Bad Tag!", "--dry-run"],
         "is not a docker image reference",
     ),
+    (  # the build ran, then --compare failed reading SBOMs the keyring stage does not have
+        "image compare a stage",
+        ["build", "image", "--cell", CELL, "--lock", "{good_lock}", "--target", "keyring", "--compare", "nt:old"],
+        "--compare checks a whole image's package set (its SBOMs, written in the runtime stage); --target keyring",
+    ),
 ]
 
 

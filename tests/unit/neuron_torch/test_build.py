@@ -188,6 +188,14 @@ def test_a_target_without_a_dockerfile_is_one_clear_refusal(release_copy: Path) 
         check_target(matrix, "runtime")
 
 
+def test_a_compared_build_must_reach_the_last_stage(release: Matrix) -> None:
+    shutil.copy(REPO_ROOT / "Dockerfile", release.root / "Dockerfile")
+    check_target(release, "runtime", compare=True)
+    check_target(release, "venv")
+    with pytest.raises(NeuronTorchError, match=r"--compare checks a whole image's .* --target venv stops before it"):
+        check_target(release, "venv", compare=True)
+
+
 def test_the_resolved_base_replaces_only_the_base_build_args() -> None:
     pinned = "bed/base:1@sha256:" + "1" * 64
     command = ("docker", "build", "--build-arg", f"BASE_IMAGE={pinned}", "--build-arg", f"BASE_REFERENCE={pinned}",
