@@ -205,10 +205,21 @@ def resolve_factory(spec: str) -> Callable[[], Any]:
     module_name, sep, attr = spec.partition(":")
     if not sep or not module_name or not attr:
         raise UsageError(f"--model {spec!r}: expected package.module:factory")
+    if module_name.endswith(".py") or "/" in module_name or module_name.startswith("."):
+        stem = module_name.rstrip("/").rsplit("/", 1)[-1].removesuffix(".py").lstrip(".") or "mymodel"
+        raise UsageError(
+            f"--model {spec}: {module_name} is a path, not a module: name its module, e.g. --model {stem}:{attr}, "
+            "with the folder that holds it on PYTHONPATH"
+        )
     try:
         module = importlib.import_module(module_name)
     except ImportError as exc:
-        raise UsageError(f"--model {spec}: cannot import {module_name}: {exc}") from exc
+        # the module itself not found (not a module it imports): where verify-device looks for it
+        own = exc.name is not None and f"{module_name}.".startswith(f"{exc.name}.")
+        hint = " (put the folder that holds it on PYTHONPATH)" if own else ""
+        raise UsageError(f"--model {spec}: cannot import {module_name}: {exc}{hint}") from exc
+    except Exception as exc:  # the module's own code failed (a SyntaxError, an error raised at import)
+        raise UsageError(f"--model {spec}: importing {module_name} raised {type(exc).__name__}: {exc}") from exc
     factory = getattr(module, attr, None)
     if not callable(factory):
         raise UsageError(f"--model {spec}: {module_name} has no callable {attr!r}")

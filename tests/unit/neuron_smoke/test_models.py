@@ -6,6 +6,7 @@ from __future__ import annotations
 import sys
 import types
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -98,7 +99,12 @@ def test_positional_inputs_as_a_list_and_an_own_loss(monkeypatch: pytest.MonkeyP
     [
         ("no_colon", "expected package.module:factory"),
         (":make", "expected package.module:factory"),
-        ("no_such_module_anywhere:make", "cannot import no_such_module_anywhere"),
+        ("no_such_module_anywhere:make", "No module named 'no_such_module_anywhere' (put the folder that holds it on"),
+        # a path was a TypeError from importlib (an internal error) or "No module named 'mymodel.py'"
+        ("./mymodel.py:build", "./mymodel.py is a path, not a module: name its module, e.g. --model mymodel:build"),
+        ("mymodel.py:build", "mymodel.py is a path, not a module"),
+        ("/srv/models/:build", "/srv/models/ is a path, not a module: name its module, e.g. --model models:build"),
+        (".relative:build", ".relative is a path, not a module"),
         ("neuron_smoke.models:NO_SUCH", "no callable 'NO_SUCH'"),
         ("neuron_smoke.models:CONTRACT", "no callable 'CONTRACT'"),  # a string, not a factory
     ],
@@ -107,6 +113,26 @@ def test_a_factory_that_cannot_be_found_is_a_usage_error(target: str, problem: s
     with pytest.raises(UsageError) as raised:
         models.load(target)
     assert str(raised.value).startswith("--model ") and problem in str(raised.value)
+
+
+@pytest.mark.parametrize(
+    ("source", "problem"),
+    [
+        ('raise RuntimeError("needs a GPU")', "importing user_model_nt raised RuntimeError: needs a GPU"),
+        ("def build(:", "importing user_model_nt raised SyntaxError: "),
+        ("import not_installed_dependency_nt", "No module named 'not_installed_dependency_nt'"),
+    ],
+)
+def test_a_module_that_fails_to_import_is_a_usage_error(
+    source: str, problem: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # its own error at import was an internal error with a crash log
+    (tmp_path / "user_model_nt.py").write_text(source + "\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.delitem(sys.modules, "user_model_nt", raising=False)
+    with pytest.raises(UsageError) as raised:
+        models.load("user_model_nt:build")
+    assert problem in str(raised.value) and "PYTHONPATH" not in str(raised.value)
 
 
 def _raises() -> Any:
