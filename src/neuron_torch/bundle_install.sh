@@ -14,13 +14,20 @@ venv=/opt/neuron-venv
 prefix=/opt/neuron-torch
 apt=1
 pip=1
+usage="usage: install.sh [--venv DIR] [--prefix DIR] [--no-apt] [--no-pip]"
 while [ $# -gt 0 ]; do
     case "$1" in
-        --venv) venv=$2; shift 2 ;;
-        --prefix) prefix=$2; shift 2 ;;
+        --venv | --prefix)
+            if [ $# -lt 2 ] || [ -z "$2" ]; then
+                echo "install.sh: $1 needs a directory ($usage)" >&2
+                exit 2
+            fi
+            if [ "$1" = --venv ]; then venv=$2; else prefix=$2; fi
+            shift 2 ;;
         --no-apt) apt=0; shift ;;
         --no-pip) pip=0; shift ;;
-        *) echo "install.sh: unknown option $1" >&2; exit 2 ;;
+        -h | --help) echo "$usage"; exit 0 ;;
+        *) echo "install.sh: unknown option $1 ($usage)" >&2; exit 2 ;;
     esac
 done
 cd "$bundle"
