@@ -15,6 +15,13 @@ set -uo pipefail
 cd "$(dirname "$0")/.." || exit 2
 
 usage() { sed -n '2,13p' "$0" | sed 's/^# \{0,1\}//'; }
+# A usage error (exit 2, as the usage says) when the option in $1 has no value, or an empty one, in $2.
+need_value() {
+  if [[ -z ${2:-} ]]; then
+    echo "field-check: $1 needs a value; run scripts/field-check.sh --help" >&2
+    exit 2
+  fi
+}
 dry_run=0
 report=field-check-report.json
 cell=""
@@ -22,9 +29,9 @@ mirror=()
 while (($#)); do
   case $1 in
     --dry-run) dry_run=1 ;;
-    --report) report=${2:?--report needs a FILE}; shift ;;
-    --cell) cell=${2:?--cell needs an ID}; shift ;;
-    --mirror) mirror=(--mirror "${2:?--mirror needs a FILE}"); shift ;;
+    --report) need_value "$@"; report=$2; shift ;;
+    --cell) need_value "$@"; cell=$2; shift ;;
+    --mirror) need_value "$@"; mirror=(--mirror "$2"); shift ;;
     -h | --help) usage; exit 0 ;;
     *) echo "field-check: unknown option '$1'; run scripts/field-check.sh --help" >&2; exit 2 ;;
   esac

@@ -24,6 +24,11 @@ def test_usage_errors_exit_2_naming_the_problem(tmp_path: Path) -> None:
     bad_cell = run("--dry-run", "--cell", "nope", "--report", str(tmp_path / "r.json"))
     assert bad_cell.returncode == 2 and "'nope' is not a cell id" in bad_cell.stderr
     assert not (tmp_path / "r.json").exists(), "nothing half-written"
+    for option in ("--report", "--cell", "--mirror"):  # bash's own ${2:?} error, exit 1, where the usage says 2
+        for missing in ([], [""]):
+            no_value = run("--dry-run", option, *missing)
+            assert no_value.returncode == 2, no_value.stderr
+            assert f"field-check: {option} needs a value; run scripts/field-check.sh --help" in no_value.stderr
 
 
 def test_the_field_mode_refuses_a_machine_without_neuron_devices() -> None:
