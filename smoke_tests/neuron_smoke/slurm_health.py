@@ -223,13 +223,25 @@ def read_node(name: str, scontrol: str) -> Node:
     return parse_node(proc.stdout)
 
 
+def _given(value: str) -> str:
+    """An option's value, refused when empty (`--node "$UNSET"` would check the host under another name)."""
+    if not value.strip():
+        raise argparse.ArgumentTypeError("is empty: give a value, or leave the option out for its default")
+    return value
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="neuron-healthcheck", description=__doc__.split("\n\n")[0])
-    p.add_argument("--node", help="the Slurm node name (default: $SLURMD_NODENAME, else the short hostname)")
-    p.add_argument("--verify-device", default="verify-device", help="the verify-device command (verify-device)")
-    p.add_argument("--scontrol", default="scontrol", help="the scontrol command (scontrol)")
+    p.add_argument(
+        "--node", type=_given, help="the Slurm node name (default: $SLURMD_NODENAME, else the short hostname)"
+    )
+    p.add_argument(
+        "--verify-device", type=_given, default="verify-device", help="the verify-device command (verify-device)"
+    )
+    p.add_argument("--scontrol", type=_given, default="scontrol", help="the scontrol command (scontrol)")
     p.add_argument(
         "--cluster-report",
+        type=_given,
         metavar="DIR",
         help="as the Epilog: the cluster check job's reports' folder (its NEURON_TORCH_CLUSTER_DIR)",
     )

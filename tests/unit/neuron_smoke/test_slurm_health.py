@@ -258,3 +258,13 @@ def test_as_the_epilog_a_passing_check_job_resumes_a_node_it_drained_for_any_clu
     epilog_env(monkeypatch, "17")
     assert main(["--node", "n2", "--scontrol", str(scontrol), "--cluster-report", str(folder)]) == 0
     assert log.read_text() == "update|NodeName=n2|State=RESUME|"
+
+
+@pytest.mark.parametrize("option", ["--node", "--verify-device", "--scontrol", "--cluster-report"])
+def test_an_empty_value_is_a_usage_error(option: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    # `--node ""` checked and drained the host under its own name instead
+    verify, scontrol, log = stand_ins(tmp_path, IDLE, [], 0)
+    with pytest.raises(SystemExit) as exited:
+        main(["--node", "n1", "--verify-device", str(verify), "--scontrol", str(scontrol), option, " "])
+    assert exited.value.code == 2 and f"argument {option}: is empty: give a value" in capsys.readouterr().err
+    assert not log.exists()
