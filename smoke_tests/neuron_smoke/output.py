@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import json
-import os
 import sys
 import xml.etree.ElementTree as ET
 from pathlib import Path
 from typing import TextIO
 
+from neuron_cell import outputs
 from neuron_smoke.results import FAIL, PASS, SKIP, Report, StageResult
 
 LABEL = {PASS: "PASS", FAIL: "FAIL", SKIP: "SKIP"}
@@ -40,15 +40,9 @@ def print_footer(report: Report, stream: TextIO = sys.stdout) -> None:
 
 
 def _replace(path: Path, data: bytes) -> None:
-    """Write whole or not at all: a temporary file beside `path`, renamed over it (the report is rewritten after
-    every stage, and a reader, or the watchdog's exit, must never see half a file)."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    try:
-        tmp.write_bytes(data)
-        os.replace(tmp, path)
-    finally:
-        tmp.unlink(missing_ok=True)
+    """Write whole or not at all (neuron_cell.outputs.write_whole): the report is rewritten after every stage, and a
+    reader, or the watchdog's exit, must never see half a file."""
+    outputs.write_whole(path, data)
 
 
 def write_json(report: Report, path: Path) -> None:

@@ -9,8 +9,11 @@ Standard library only; each command maps OutputError to its own usage error.
 from __future__ import annotations
 
 import os
+import stat
 import tempfile
 from pathlib import Path
+
+STAGED_SUFFIX = ".tmp"  # write_whole's sibling: .NAME.PID.tmp
 
 
 class OutputError(ValueError):
@@ -35,9 +38,17 @@ def can_create_in(folder: Path, option: str, target: Path) -> None:
 
 def output_file(path: Path, option: str, example: str = "") -> None:
     """A file to write (its missing folders are made when it is written); `example` names a file for the hint."""
+    hint = f", e.g. {path / example}" if example else ""
     if path.is_dir():
-        hint = f", e.g. {path / example}" if example else ""
         raise OutputError(f"{option} {path} is a folder; {option} names the file to write{hint}")
+    if str(path) == "-":
+        raise OutputError(f"{option} -: names a file, not standard output; name the file to write, e.g. {example}")
+    kind = _special(path)
+    if kind:
+        raise OutputError(
+            f"{option} {path} is {kind}, not a file: it is written whole, as a new file that replaces the old; name "
+            "a file to write"
+        )
     blocker = nearest_existing(path)
     if not blocker.is_dir():
         raise OutputError(f"{option} {path}: {blocker} is a file, so {path} cannot be written there")
@@ -52,3 +63,31 @@ def output_folder(path: Path, option: str) -> None:
     if not blocker.is_dir():
         raise OutputError(f"{option} {path}: {blocker} is a file, so the folder cannot be made there")
     can_create_in(blocker, option, path)
+
+
+def _special(path: Path) -> str:
+    """What an existing path (its link followed) is when it is neither a regular file nor a folder: "" otherwise."""
+    try:
+        mode = path.stat().st_mode
+    except OSError:
+        return ""  # missing (or a dangling link, whose target is made)
+    kinds = {stat.S_ISCHR: "a character device", stat.S_ISBLK: "a block device", stat.S_ISFIFO: "a pipe",
+             stat.S_ISSOCK: "a socket"}  # fmt: skip
+    return next((name for test, name in kinds.items() if test(mode)), "")
+
+
+def write_whole(path: Path, data: bytes) -> None:
+    """Write `path` whole or not at all: a staged sibling of this process (.NAME.PID.tmp) replaces it, and is gone
+    whatever happens. A link is followed (its file is replaced, not the link); a path that is not a regular file
+    (/dev/stdout, /dev/null) is refused: replacing it would put a file where the device was."""
+    target = path.resolve() if path.is_symlink() else path
+    kind = _special(target)
+    if kind:
+        raise OutputError(f"{path} is {kind}, not a file: not replaced")
+    target.parent.mkdir(parents=True, exist_ok=True)
+    staged = target.with_name(f".{target.name}.{os.getpid()}{STAGED_SUFFIX}")
+    try:
+        staged.write_bytes(data)
+        staged.replace(target)
+    finally:
+        staged.unlink(missing_ok=True)

@@ -71,9 +71,10 @@ def _output(check: Callable[[], None]) -> None:
         raise NeuronTorchError(str(error)) from None
 
 
-def check_output_file(path: Path, option: str) -> None:
-    """An output file, checked before any work by neuron_cell.outputs (nothing is left behind)."""
-    _output(lambda: outputs.output_file(path, option))
+def check_output_file(path: Path, option: str, example: str = "") -> None:
+    """An output file, checked before any work by neuron_cell.outputs (nothing is left behind); `example` names a
+    file for the hint when a folder is given."""
+    _output(lambda: outputs.output_file(path, option, example))
 
 
 def check_can_create_in(folder: Path, option: str, target: Path) -> None:
@@ -81,26 +82,17 @@ def check_can_create_in(folder: Path, option: str, target: Path) -> None:
     _output(lambda: outputs.can_create_in(folder, option, target))
 
 
-STAGED_SUFFIX = ".tmp"
-
-
 def is_staged(path: Path) -> bool:
     """A sibling replace_text is writing now, perhaps another process's: not yet a file of its folder, and not one to
     remove as left over (seen in CI: a test worker rendering the test release removed another's as an orphan)."""
-    return path.name.startswith(".") and path.name.endswith(STAGED_SUFFIX)
+    return path.name.startswith(".") and path.name.endswith(outputs.STAGED_SUFFIX)
 
 
 def replace_text(path: Path, text: str) -> None:
-    """Write `path` whole or not at all: a staged sibling replaces it, and is gone whatever happens. The sibling is
-    this process's own, so that processes writing the same file at once (test workers rendering the test release)
-    never take each other's."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    staged = path.with_name(f".{path.name}.{os.getpid()}{STAGED_SUFFIX}")
-    try:
-        staged.write_text(text, encoding="utf-8")
-        staged.replace(path)
-    finally:
-        staged.unlink(missing_ok=True)
+    """Write `path` whole or not at all (neuron_cell.outputs.write_whole). The staged sibling is this process's own,
+    so that processes writing the same file at once (test workers rendering the test release) never take each
+    other's."""
+    _output(lambda: outputs.write_whole(path, text.encode("utf-8")))
 
 
 def check_executable(value: str, variable: str) -> str:

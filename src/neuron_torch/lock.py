@@ -21,7 +21,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from neuron_torch.errors import EXIT_FAILED, NeuronTorchError
-from neuron_torch.files import check_ca_bundle, check_can_create_in, check_executable, replace_text, tool_env
+from neuron_torch.files import check_ca_bundle, check_executable, check_output_file, replace_text, tool_env
 from neuron_torch.lockfile import Lock, LockedPackage, lock_problems, read_lock, render_lock
 from neuron_torch.matrix import Cell, Index, Matrix
 from neuron_torch.routing import IndexReader
@@ -175,13 +175,8 @@ def check_routing(
 
 
 def check_target(target: Path) -> None:
-    """The lock's destination must be a file path whose folder can be made."""
-    if target.is_dir():
-        raise NeuronTorchError(f"{target} is a folder; --out names the lock file to write, e.g. {target}/lock.txt")
-    blocker = next((p for p in target.parents if p.exists()), Path("."))
-    if not blocker.is_dir():
-        raise NeuronTorchError(f"{blocker} is a file, so {target} cannot be written there; choose another --out")
-    check_can_create_in(blocker, "--out", target)
+    """The lock's destination must be a file path whose folder can be made (neuron_cell.outputs' check)."""
+    check_output_file(target, "--out", "lock.txt")
 
 
 def _write_checked(matrix: Matrix, cell: Cell, text: str, target: Path, work: Path) -> None:

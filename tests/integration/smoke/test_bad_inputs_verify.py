@@ -156,6 +156,9 @@ CASES: list[Case] = [
     Case("report a folder", ["--report", "{folder}"], "--report {folder} is a folder"),
     Case("junit a folder", ["--junit", "{folder}"], "--junit {folder} is a folder"),
     Case("report is junit", ["--report", "{out}", "--junit", "{out}"], "give each its own file"),
+    # a device was replaced by a regular file (/dev/stdout as root), "-" written as a file named "-"
+    Case("report a device", ["--report", "/dev/null"], "--report /dev/null is a character device, not a file"),
+    Case("junit stdout", ["--junit", "-"], "--junit -: names a file, not standard output"),
     Case("record a file", [*EVAL, "--record", "{file}"], "--record {file} is a file"),
     Case("record not a baseline", [*EVAL, "--record", "{full}"], "exists and is not a baseline directory"),
     Case("eval report a file", [*EVAL, "--shapes", "1x4", "--eval-report", "{file}"], "is a file; --eval-report"),

@@ -162,8 +162,10 @@ def test_the_project_file_pins_and_routes_the_cell(matrix: Matrix, cell: Cell) -
 
 def test_a_target_that_cannot_be_written_is_refused(tmp_path: Path) -> None:
     (tmp_path / "a-file").write_text("")
-    with pytest.raises(NeuronTorchError, match="is a folder; --out names the lock file to write"):
+    with pytest.raises(NeuronTorchError, match=r"is a folder; --out names the file to write, e\.g\. .*/lock\.txt"):
         locking.check_target(tmp_path)
+    with pytest.raises(NeuronTorchError, match="--out /dev/null is a character device, not a file"):
+        locking.check_target(Path("/dev/null"))  # the lock replaced it: a file where the device was
     with pytest.raises(NeuronTorchError, match=r"a-file is a file, so .* cannot be written there"):
         locking.check_target(tmp_path / "a-file" / "lock.txt")
     locking.check_target(tmp_path / "new" / "lock.txt")

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from neuron_cell import outputs
 from neuron_torch import files, render
 from neuron_torch.cellinfo import caveats
 from neuron_torch.errors import NeuronTorchError
@@ -101,7 +102,7 @@ def test_render_leaves_a_file_another_render_is_writing(release_copy: Path) -> N
     release = load_matrix(release_copy / "constraints" / "matrix.toml")
     render.write_rendered(release)
     target = next(p for p in sorted(release.generated_dir.iterdir()) if p.suffix == ".txt")
-    staged = target.with_name(f".{target.name}.99999{files.STAGED_SUFFIX}")
+    staged = target.with_name(f".{target.name}.99999{outputs.STAGED_SUFFIX}")
     staged.write_text("being written by another render\n")
     assert render.stale_files(release) == [] and render.write_rendered(release) == [] and staged.is_file()
     replace_text(target, target.read_text())  # this process's own staging, by the same name scheme
