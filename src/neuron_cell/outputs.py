@@ -1,7 +1,9 @@
 """Output paths checked before any work, the one implementation both commands use: a file is not given where a folder
 is meant (nor the reverse), nothing blocks the path, and its folder (or the nearest one that exists, made when
 writing) accepts a new file. Writability is tested by creating and removing a probe file, the one test that holds for
-root too (a read-only mount, /sys and /proc refuse root; permission bits do not). Nothing is left behind.
+root too (a read-only mount, /sys and /proc refuse root; permission bits do not). Nothing is left behind. A file
+path must not name a device, pipe or socket (write_whole, the one writer of both commands' output files, replaces the
+file whole, which would put a regular file where /dev/stdout was).
 
 Standard library only; each command maps OutputError to its own usage error.
 """
@@ -42,7 +44,8 @@ def output_file(path: Path, option: str, example: str = "") -> None:
     if path.is_dir():
         raise OutputError(f"{option} {path} is a folder; {option} names the file to write{hint}")
     if str(path) == "-":
-        raise OutputError(f"{option} -: names a file, not standard output; name the file to write, e.g. {example}")
+        named = f", e.g. {example}" if example else ""
+        raise OutputError(f"{option} -: names a file, not standard output; name the file to write{named}")
     kind = _special(path)
     if kind:
         raise OutputError(
