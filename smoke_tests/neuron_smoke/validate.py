@@ -49,6 +49,8 @@ def check_cluster(args: argparse.Namespace) -> ClusterSpec | None:
         paths.output_folder(args.node_report.parent, "--report-dir")
         if args.report is not None and args.report.resolve() == args.node_report.resolve():
             args.report = None  # the same file: written once
+        if args.junit is not None and args.junit.resolve() == args.node_report.resolve():
+            raise UsageError(f"--junit {args.junit} is this node's JSON report in --report-dir; name another file")
     return spec
 
 

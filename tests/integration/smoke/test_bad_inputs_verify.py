@@ -30,6 +30,7 @@ REPO = Path(__file__).resolve().parents[2]
 LONG = "x" * 5000
 ARGPARSE = 1  # argparse's usage errors: one line naming --help (boundary.OneLineParser)
 MODEL = "neuron_smoke.examples.mlp:build"
+NODE_1 = ["--nnodes", "2", "--node-rank", "1", "--master", "127.0.0.1", "--report-dir", "{out}"]
 
 
 class Case(NamedTuple):
@@ -156,6 +157,8 @@ CASES: list[Case] = [
     Case("report a folder", ["--report", "{folder}"], "--report {folder} is a folder"),
     Case("junit a folder", ["--junit", "{folder}"], "--junit {folder} is a folder"),
     Case("report is junit", ["--report", "{out}", "--junit", "{out}"], "give each its own file"),
+    # the JUnit XML and the node's JSON report were written to one file, the last one kept
+    Case("junit is the node report", [*NODE_1, "--junit", "{out}/node-1.json"], "--junit {out}/node-1.json is this"),
     # a device was replaced by a regular file (/dev/stdout as root), "-" written as a file named "-"
     Case("report a device", ["--report", "/dev/null"], "--report /dev/null is a character device, not a file"),
     Case("junit stdout", ["--junit", "-"], "--junit -: names a file, not standard output"),
