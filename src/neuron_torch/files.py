@@ -52,9 +52,14 @@ def check_ca_bundle(path: Path) -> Path:
 
 
 def check_new_folder(out: Path, option: str = "--out") -> None:
-    """An output folder must be new or empty, and not a file (or under one)."""
+    """An output folder must be new or empty, and not a file (or under one). It is made elsewhere and renamed into
+    place, so it must not be a link (the link would be replaced) nor the current folder (it cannot be)."""
+    if out.is_symlink():
+        raise NeuronTorchError(f"{option} {out} is a link; name the folder itself ({out.resolve()}) or a new one")
     if out.exists() and not out.is_dir():
         raise NeuronTorchError(f"{option} {out} is a file; name a new folder")
+    if out.exists() and out.resolve() == Path.cwd().resolve():
+        raise NeuronTorchError(f"{option} {out} is the current folder; name a new folder, e.g. {option} nt-bundle")
     blocker = next((p for p in out.parents if p.exists()), None)
     if blocker is not None and not blocker.is_dir():
         raise NeuronTorchError(f"{option} {out}: {blocker} is a file, so the folder cannot be made; name a new folder")

@@ -95,6 +95,24 @@ def test_a_new_or_empty_folder_is_taken(tmp_path: Path) -> None:
     files.check_new_folder(tmp_path / "empty")
 
 
+def test_a_folder_that_cannot_be_replaced_by_the_finished_one_is_refused(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # both failed at the end of a whole bundle, as an internal error: rmdir of a link, of "."
+    (tmp_path / "empty").mkdir()
+    (tmp_path / "link").symlink_to(tmp_path / "empty")
+    assert refusal(files.check_new_folder, tmp_path / "link") == (
+        f"--out {tmp_path / 'link'} is a link; name the folder itself ({tmp_path / 'empty'}) or a new one"
+    )
+    monkeypatch.chdir(tmp_path / "empty")
+    for here in (Path("."), tmp_path / "empty", Path("../empty")):
+        assert (
+            refusal(files.check_new_folder, here) == f"--out {here} is the current folder; name a new folder, "
+            "e.g. --out nt-bundle"
+        )
+    files.check_new_folder(Path("new"))
+
+
 def test_an_output_folder_that_cannot_be_used_is_refused(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     (tmp_path / "a-file").write_text("x")
     (tmp_path / "full").mkdir()
