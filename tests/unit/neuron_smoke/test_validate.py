@@ -78,6 +78,15 @@ def test_a_record_folder_that_holds_something_else_is_refused(tmp_path: Path) ->
     validate.check_outputs(namespace(record=tmp_path))
 
 
+def test_the_current_folder_is_refused_as_the_record_folder(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # `cd base && verify-device --record .` replaced the folder under the shell, which then listed it empty
+    monkeypatch.chdir(tmp_path)
+    for here in (Path("."), tmp_path):
+        with pytest.raises(UsageError, match=r"is the current folder; name a folder for the baseline, e\.g\. --record"):
+            validate.check_outputs(namespace(record=here))
+    validate.check_outputs(namespace(record=Path("base")))
+
+
 def test_the_evaluations_rules(tmp_path: Path) -> None:
     validate.check_evaluation(namespace())
     with pytest.raises(UsageError, match="--eval-report DIR goes with --record"):
