@@ -77,6 +77,11 @@ class Context:
     def device(self) -> str:
         return self.backend.device_type
 
+    def instance_type(self) -> str | None:
+        """--instance-type, else the type the device stage read from IMDS: one lookup a run (None: unknown)."""
+        device = self.results.get("device")
+        return self.options.instance_type or (device.numbers.get("instance_type") if device else None)
+
     def compile_backend(self) -> str:
         return self.options.compile_backend or self.backend.compile_backend
 

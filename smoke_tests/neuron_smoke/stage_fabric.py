@@ -81,8 +81,7 @@ def provider_entries(output: str) -> list[tuple[str, str]]:
 
 
 def _efa_devices(ctx: Context, log: StageLog, documented: dict[str, int]) -> None:
-    device = ctx.results.get("device")
-    instance = ctx.options.instance_type or (device.numbers.get("instance_type") if device else None)
+    instance = ctx.instance_type()
     found = sorted(glob.glob(os.environ.get("NEURON_SMOKE_UVERBS_GLOB") or UVERBS_GLOB))
     log.numbers.update(uverbs=len(found), instance_type=instance, efa_devices_documented=documented.get(instance or ""))
     problem, note = judge_devices(len(found), instance, documented.get(instance or ""))

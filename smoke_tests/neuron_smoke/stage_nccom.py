@@ -148,8 +148,7 @@ def cores_per_node(ctx: Context) -> tuple[int, str]:
             visible, restricted = cores.available_cores(len(glob.glob(os.environ.get(DEV_GLOB) or "/dev/neuron*")))
         if visible:
             return len(visible), "this node's visible NeuronCores" + (" (restricted)" if restricted else "")
-        device = ctx.results.get("device")
-        instance = ctx.options.instance_type or (device.numbers.get("instance_type") if device else None)
+        instance = ctx.instance_type()
         documented = release_facts.logical_devices().get(instance or "")
         if documented:
             return documented * cores.LNC_DEFAULT // cores.lnc(), f"the release's logical devices of {instance}"

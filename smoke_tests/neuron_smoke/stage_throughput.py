@@ -12,7 +12,6 @@ import torch
 
 from neuron_smoke import cores, release_facts
 from neuron_smoke.context import Context, StageLog
-from neuron_smoke.host import instance_type_from_imds
 from neuron_smoke.stage_compile import steady_state
 
 
@@ -26,8 +25,7 @@ def peak_tflops(ctx: Context, name: str, dtype: torch.dtype) -> tuple[float | No
     if ctx.options.peak_tflops:
         return ctx.options.peak_tflops, "--peak-tflops"
     if ctx.backend.name == "neuron":
-        instance = ctx.options.instance_type or instance_type_from_imds()
-        return release_facts.device_peak(instance, str(dtype).removeprefix("torch."), cores.lnc())
+        return release_facts.device_peak(ctx.instance_type(), str(dtype).removeprefix("torch."), cores.lnc())
     return ctx.backend.peak_for(name, dtype), f"{name} datasheet"
 
 

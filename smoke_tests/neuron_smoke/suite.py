@@ -141,7 +141,7 @@ def _run(
     if env:
         report.versions = env
     report.device["count"] = ctx.results["device"].numbers.get("device_count")
-    report.device["instance_type"] = options.instance_type or ctx.results["device"].numbers.get("instance_type")
+    report.device["instance_type"] = ctx.instance_type()
     report.duration_s = round(time.perf_counter() - started, 3)
     report.exit_code = exit_code(report.stages)
     return report
