@@ -8,7 +8,7 @@ import xml.etree.ElementTree as ET
 from pathlib import Path
 from typing import TextIO
 
-from neuron_cell import outputs
+from neuron_cell.outputs import write_whole
 from neuron_smoke.results import FAIL, PASS, SKIP, Report, StageResult
 
 LABEL = {PASS: "PASS", FAIL: "FAIL", SKIP: "SKIP"}
@@ -39,14 +39,10 @@ def print_footer(report: Report, stream: TextIO = sys.stdout) -> None:
         print(f"the requested device is not present: {missing[0].message()}", file=stream, flush=True)
 
 
-def _replace(path: Path, data: bytes) -> None:
-    """Write whole or not at all (neuron_cell.outputs.write_whole): the report is rewritten after every stage, and a
-    reader, or the watchdog's exit, must never see half a file."""
-    outputs.write_whole(path, data)
-
-
 def write_json(report: Report, path: Path) -> None:
-    _replace(path, (json.dumps(report.to_dict(), indent=2, sort_keys=False, default=str) + "\n").encode())
+    """Whole or not at all (neuron_cell.outputs.write_whole): the report is rewritten after every stage, and a reader,
+    or the watchdog's exit, must never see half a file."""
+    write_whole(path, (json.dumps(report.to_dict(), indent=2, sort_keys=False, default=str) + "\n").encode())
 
 
 def write_junit(report: Report, path: Path) -> None:
@@ -79,4 +75,4 @@ def write_junit(report: Report, path: Path) -> None:
         out.text = json.dumps({"numbers": stage.numbers, "notes": stage.notes}, default=str)
         if stage.hung:
             case.set("hung", "true")
-    _replace(path, ET.tostring(suite, encoding="utf-8", xml_declaration=True))
+    write_whole(path, ET.tostring(suite, encoding="utf-8", xml_declaration=True))

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import argparse
 import os
-from pathlib import Path
 from typing import TYPE_CHECKING
 
+from neuron_cell import outputs
 from neuron_cell.boundary import quote
 from neuron_smoke import paths
 from neuron_smoke.errors import UsageError
@@ -97,7 +97,7 @@ def check_outputs(args: argparse.Namespace) -> None:
         if path is not None:
             paths.output_folder(path, option)
     record = args.record
-    if record is not None and record.exists() and record.resolve() == Path.cwd().resolve():
+    if record is not None and outputs.is_current_folder(record):
         # the baseline is written beside it and renamed into place: this folder would be replaced under the shell
         raise UsageError(f"--record {record} is the current folder; name a folder for the baseline, e.g. --record base")
     if record is not None and record.is_dir() and any(record.iterdir()) and not (record / "index.json").is_file():

@@ -40,8 +40,8 @@ def can_create_in(folder: Path, option: str, target: Path) -> None:
 
 def output_file(path: Path, option: str, example: str = "") -> None:
     """A file to write (its missing folders are made when it is written); `example` names a file for the hint."""
-    hint = f", e.g. {path / example}" if example else ""
     if path.is_dir():
+        hint = f", e.g. {path / example}" if example else ""
         raise OutputError(f"{option} {path} is a folder; {option} names the file to write{hint}")
     if str(path) == "-":
         named = f", e.g. {example}" if example else ""
@@ -68,6 +68,12 @@ def output_folder(path: Path, option: str) -> None:
     can_create_in(blocker, option, path)
 
 
+def is_current_folder(path: Path) -> bool:
+    """Whether `path` is the current folder: a folder made beside it and renamed into place cannot replace that one
+    (nor should it, under a user's shell)."""
+    return path.exists() and path.resolve() == Path.cwd().resolve()
+
+
 def _special(path: Path) -> str:
     """What an existing path (its link followed) is when it is neither a regular file nor a folder: "" otherwise."""
     try:
@@ -81,8 +87,9 @@ def _special(path: Path) -> str:
 
 def write_whole(path: Path, data: bytes) -> None:
     """Write `path` whole or not at all: a staged sibling of this process (.NAME.PID.tmp) replaces it, and is gone
-    whatever happens. A link is followed (its file is replaced, not the link); a path that is not a regular file
-    (/dev/stdout, /dev/null) is refused: replacing it would put a file where the device was."""
+    whatever happens; it is made with the user's umask (a mkstemp file would be 0600). A link is followed (its file is
+    replaced, not the link); a path that is not a regular file (/dev/stdout, /dev/null) is refused: replacing it would
+    put a file where the device was."""
     target = path.resolve() if path.is_symlink() else path
     kind = _special(target)
     if kind:

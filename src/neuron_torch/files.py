@@ -58,7 +58,7 @@ def check_new_folder(out: Path, option: str = "--out") -> None:
         raise NeuronTorchError(f"{option} {out} is a link; name the folder itself ({out.resolve()}) or a new one")
     if out.exists() and not out.is_dir():
         raise NeuronTorchError(f"{option} {out} is a file; name a new folder")
-    if out.exists() and out.resolve() == Path.cwd().resolve():
+    if outputs.is_current_folder(out):
         raise NeuronTorchError(f"{option} {out} is the current folder; name a new folder, e.g. {option} nt-bundle")
     blocker = next((p for p in out.parents if p.exists()), None)
     if blocker is not None and not blocker.is_dir():

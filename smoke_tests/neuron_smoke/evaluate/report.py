@@ -10,13 +10,8 @@ import math
 from pathlib import Path
 from typing import Any
 
-from neuron_smoke import output
+from neuron_cell.outputs import write_whole
 from neuron_smoke.evaluate.sections import Section, build_sections
-
-
-def _atomic_write(path: Path, data: bytes) -> None:
-    """Whole or not at all, with the user's umask (the stages' writer; a mkstemp file would be 0600)."""
-    output._replace(path, data)
 
 
 def _json_safe(value: Any) -> Any:
@@ -30,7 +25,7 @@ def _json_safe(value: Any) -> Any:
 
 
 def write_json(data: dict[str, Any], path: Path) -> None:
-    _atomic_write(path, (json.dumps(_json_safe(data), separators=(",", ":")) + "\n").encode())
+    write_whole(path, (json.dumps(_json_safe(data), separators=(",", ":")) + "\n").encode())
 
 
 def cell(value: Any) -> str:
@@ -97,8 +92,8 @@ def write_all(data: dict[str, Any], out_dir: Path) -> list[Path]:
     write_json(data, written[0])
     for s in sections:
         if s.image is not None:
-            _atomic_write(out_dir / s.image[0], s.image[1])
+            write_whole(out_dir / s.image[0], s.image[1])
             written.append(out_dir / s.image[0])
-    _atomic_write(written[1], to_markdown(sections, title).encode())
-    _atomic_write(written[2], to_html(sections, title).encode())
+    write_whole(written[1], to_markdown(sections, title).encode())
+    write_whole(written[2], to_html(sections, title).encode())
     return written
