@@ -262,6 +262,9 @@ def cmd_build_image(args: argparse.Namespace, matrix: Matrix) -> int:
     )
     print("DOCKER_BUILDKIT=1 " + " ".join(shlex.quote(word) for word in build.command), flush=True)
     if args.dry_run:
+        if args.compare:
+            not_done = "not in a dry run: nothing is built"
+            print(f"then: compare the built image's package set with {args.compare} ({not_done})")
         return EXIT_OK
     status = run_image_build(build)
     if status != 0:

@@ -93,3 +93,17 @@ def test_build_image_compare_reads_the_image_before_the_build_moves_its_tag(
     else:
         assert code == 1 and "differs from nt:c: apt bash: 5.2 -> 5.3\n" in out
         assert "nt:c does not have the package set of nt:c: 1 difference(s), e.g. apt bash: 5.2 -> 5.3" in err
+
+
+def test_build_image_dry_run_says_the_compare_is_not_done(
+    release: Release,  # noqa: F811 (test_commands' fixture)
+    docker: Path,
+) -> None:
+    """A dry run reads and builds nothing, so it cannot compare; it says so instead of leaving --compare unmentioned."""
+    cell = release.matrix.cell(release.matrix.release.default_cell)
+    write_lock(cell, lock_text(release.matrix, cell))
+    code, out, err = release.run("build", "image", "--cell", cell.id, "--dry-run", "--compare", "nt:absent")
+    assert code == 0, err
+    assert out.splitlines()[-1] == (
+        "then: compare the built image's package set with nt:absent (not in a dry run: nothing is built)"
+    )
