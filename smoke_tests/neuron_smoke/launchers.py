@@ -167,7 +167,10 @@ class ForkLauncher:
             return LaunchResult(-signal.SIGKILL, _rank_logs(job) + unanswered(hung), command, timed_out=True)
         if not reply:
             return LaunchResult(1, _launcher_died(self.pid), command)
-        codes: list[int] = json.loads(reply)["returncodes"]
+        answer = json.loads(reply)
+        if "error" in answer:  # the ranks could not all be started (those that were are gone)
+            return LaunchResult(1, str(answer["error"]), command)
+        codes: list[int] = answer["returncodes"]
         failed = [c for c in codes if c != 0]
         return LaunchResult(failed[0] if failed else 0, _rank_logs(job), command)
 
@@ -252,16 +255,21 @@ def _serve(request_fd: int, reply_fd: int) -> None:
             pids: list[int] = []
 
             def kill_ranks(signum: int, frame: object) -> None:
-                for pid in pids:
-                    try:
-                        os.kill(pid, signal.SIGKILL)
-                        os.waitpid(pid, 0)
-                    except (ProcessLookupError, ChildProcessError):
-                        pass
+                _kill_ranks(pids)
                 os._exit(1)
 
             signal.signal(signal.SIGTERM, kill_ranks)
-            pids.extend(_fork_rank(rank, job) for rank in range(job["nproc"]))
+            try:
+                for rank in range(job["nproc"]):
+                    pids.append(_fork_rank(rank, job))
+            except OSError as exc:  # the host's process limit: no rank is left behind waiting for the missing ones
+                _kill_ranks(pids)
+                error = (
+                    f"could not start rank {len(pids)} of {job['nproc']}: {exc.strerror or exc} (the host's limit on "
+                    "processes); give --nproc fewer ranks"
+                )
+                os.write(reply_fd, (json.dumps({"error": error}) + "\n").encode())
+                return
             codes = _wait_ranks(pids, Path(str(job["result_dir"])))
             os.write(reply_fd, (json.dumps({"returncodes": codes}) + "\n").encode())
     except BaseException:
@@ -269,6 +277,16 @@ def _serve(request_fd: int, reply_fd: int) -> None:
         code = 1
     finally:
         os._exit(code)
+
+
+def _kill_ranks(pids: list[int]) -> None:
+    """In the launcher process: SIGKILL the ranks it forked, and reap them."""
+    for pid in pids:
+        try:
+            os.kill(pid, signal.SIGKILL)
+            os.waitpid(pid, 0)
+        except (ProcessLookupError, ChildProcessError):
+            pass
 
 
 def _job_cores(job: dict[str, object]) -> tuple[int, ...]:

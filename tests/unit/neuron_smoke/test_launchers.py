@@ -202,3 +202,42 @@ def test_torchrun_command_environment_and_deadline(tmp_path: Path, monkeypatch: 
     assert late.timed_out and late.returncode == -signal.SIGKILL
     assert killed == [-1, 101, 102]  # torchrun and every worker below it
     assert late.output.startswith("torchrun output") and late.output.strip().endswith(": 1")
+
+
+def test_the_fork_launcher_stops_the_ranks_it_started_when_it_cannot_start_them_all(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A fork refused (the host's process limit, EAGAIN) after some ranks are up: those ranks would wait for the
+    missing ones until their timeout; the launcher kills them and says which rank could not start, and why."""
+    real_fork_rank = launchers._fork_rank
+
+    def fork_rank(rank: int, job: dict[str, object]) -> int:
+        if rank == 2:
+            raise BlockingIOError(11, "Resource temporarily unavailable")
+        pid = real_fork_rank(rank, job)  # in the launcher process: note the rank's pid
+        (tmp_path / f"rank-{rank}.pid").write_text(str(pid))
+        return pid
+
+    def waiting_rank(device: str, process_group: str, timeout_s: float, result_dir: Path, *a: Any, **kw: Any) -> None:
+        time.sleep(60)  # as a rank waiting at the rendezvous for the ranks that never came
+
+    monkeypatch.setattr(launchers, "_fork_rank", fork_rank)
+    monkeypatch.setattr(collective_worker, "run_rank", waiting_rank)
+    monkeypatch.setattr(launchers, "_free_port", lambda: 29999)
+    launcher = launchers.ForkLauncher()
+    try:
+        job = RankJob(nproc=4, device="cpu", process_group="gloo", timeout_s=20.0, result_dir=tmp_path)
+        start = time.monotonic()
+        result = launcher.launch(job, deadline_s=20.0)
+    finally:
+        launcher.close()
+    assert time.monotonic() - start < 10
+    assert result.returncode == 1 and not result.timed_out
+    assert result.output == (
+        "could not start rank 2 of 4: Resource temporarily unavailable (the host's limit on processes); give --nproc "
+        "fewer ranks"
+    )
+    started = [int(p.read_text()) for p in sorted(tmp_path.glob("rank-*.pid"))]
+    assert len(started) == 2
+    for pid in started:  # killed and reaped by the launcher
+        assert not Path(f"/proc/{pid}").exists() or Path(f"/proc/{pid}/stat").read_text().split()[2] == "Z"
