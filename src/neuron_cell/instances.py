@@ -36,6 +36,12 @@ def judge(table: InstanceTable, instance_type: str) -> Judged:
     if instance_type in table.known:
         return Judged(table.known[instance_type], listed=True)
     known = ", ".join(table.known)
+    plain = instance_type.strip().lower()
+    if plain != instance_type:  # EC2 and IMDS spell types in lower case: judged as typed, a listed type is refused
+        raise UnsupportedInstance(
+            f"instance type {quote(instance_type)}: EC2 instance types are lower case, without spaces: give "
+            f"{quote(plain)}"
+        )
     family = instance_type.split(".", 1)[0]
     reason = table.unsupported.get(family)
     if reason:

@@ -33,6 +33,9 @@ def test_an_unlisted_size_of_a_supported_family_is_not_listed(size: str) -> None
         ("p5.48xlarge", "instance type 'p5.48xlarge' is not supported; supported families: trn2, trn3 (known types: "
                         "trn2.48xlarge, trn3.48xlarge)"),
         ("x" * 300, "... (300 characters)"),
+        ("TRN2.48XLARGE", "instance type 'TRN2.48XLARGE': EC2 instance types are lower case, without spaces: "
+                          "give 'trn2.48xlarge'"),
+        (" trn1.32xlarge ", "EC2 instance types are lower case, without spaces: give 'trn1.32xlarge'"),
     ],
 )  # fmt: skip
 def test_a_refused_type_names_the_reason(instance: str, message: str) -> None:
