@@ -7,12 +7,15 @@
 # Usage: scripts/field-check.sh [--dry-run] [--report FILE] [--cell ID] [--mirror FILE]
 #   --dry-run   the same steps against the hermetic test bed (constraints/test-matrix.toml, served by
 #               scripts/testbed.sh build) and verify-device on the CPU instead of a Trn2: what CI runs.
-#   --report    where the JSON report goes (default: field-check-report.json)
+#   --report    where the JSON report goes (default: field-check-report.json in the current folder)
 #   --cell      the cell whose image is built and run (default: the release's default cell)
 #   --mirror    mirror settings (docs/mirrors.md) for the lock and the build
 # Exit codes: 0 every step passed, 1 a step failed (the report says which), 2 usage error.
 set -uo pipefail
+caller=$PWD
 cd "$(dirname "$0")/.." || exit 2
+# in_caller PATH: a relative path as the caller meant it, from the folder it ran the script in (not the checkout).
+in_caller() { if [[ $1 == /* ]]; then printf '%s' "$1"; else printf '%s/%s' "$caller" "$1"; fi; }
 
 usage() { sed -n '2,13p' "$0" | sed 's/^# \{0,1\}//'; }
 # A usage error (exit 2, as the usage says) when the option in $1 has no value, or an empty one, in $2.
@@ -23,15 +26,23 @@ need_value() {
   fi
 }
 dry_run=0
-report=field-check-report.json
+report=$(in_caller field-check-report.json)
 cell=""
 mirror=()
 while (($#)); do
   case $1 in
     --dry-run) dry_run=1 ;;
-    --report) need_value "$@"; report=$2; shift ;;
+    --report) need_value "$@"; report=$(in_caller "$2"); shift ;;
     --cell) need_value "$@"; cell=$2; shift ;;
-    --mirror) need_value "$@"; mirror=(--mirror "$2"); shift ;;
+    --mirror)
+      need_value "$@"
+      if [[ ! -f $(in_caller "$2") ]]; then
+        echo "field-check: --mirror $2: no such file; name your mirror settings (docs/mirrors.md)" >&2
+        exit 2
+      fi
+      mirror=(--mirror "$(in_caller "$2")")
+      shift
+      ;;
     -h | --help) usage; exit 0 ;;
     *) echo "field-check: unknown option '$1'; run scripts/field-check.sh --help" >&2; exit 2 ;;
   esac
@@ -50,9 +61,13 @@ if ! probe=$(mktemp -p "$report_dir" .field-check-probe.XXXXXX 2>/dev/null); the
 fi
 rm -f -- "$probe"
 
-neuron_torch=${NEURON_TORCH:-.venv/bin/neuron-torch}
-if ! command -v "$neuron_torch" >/dev/null; then
-  echo "field-check: $neuron_torch not found; run scripts/dev-setup.sh (or set NEURON_TORCH)" >&2
+neuron_torch=.venv/bin/neuron-torch   # the checkout's own, or $NEURON_TORCH: a path from the caller's folder or on PATH
+if [[ -n ${NEURON_TORCH:-} ]]; then
+  neuron_torch=$NEURON_TORCH
+  [[ $neuron_torch != */* ]] || neuron_torch=$(in_caller "$neuron_torch")
+fi
+if ! neuron_torch=$(command -v "$neuron_torch"); then
+  echo "field-check: ${NEURON_TORCH:-.venv/bin/neuron-torch} not found; run scripts/dev-setup.sh (or set NEURON_TORCH)" >&2
   exit 2
 fi
 matrix=constraints/matrix.toml

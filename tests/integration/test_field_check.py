@@ -14,8 +14,8 @@ ROOT = REPO_ROOT
 SCRIPT = ROOT / "scripts" / "field-check.sh"
 
 
-def run(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([str(SCRIPT), *args], capture_output=True, text=True, cwd=ROOT, timeout=1500)
+def run(*args: str, cwd: Path = ROOT) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([str(SCRIPT), *args], capture_output=True, text=True, cwd=cwd, timeout=1500)
 
 
 def test_usage_errors_exit_2_naming_the_problem(tmp_path: Path) -> None:
@@ -29,6 +29,19 @@ def test_usage_errors_exit_2_naming_the_problem(tmp_path: Path) -> None:
             no_value = run("--dry-run", option, *missing)
             assert no_value.returncode == 2, no_value.stderr
             assert f"field-check: {option} needs a value; run scripts/field-check.sh --help" in no_value.stderr
+
+
+def test_relative_paths_are_the_callers_not_the_checkouts(tmp_path: Path) -> None:
+    """The script works in the checkout; a relative --report or --mirror still names a file of the folder it was run
+    from (here: a folder given as the report is refused, the mirror settings found, a missing one refused)."""
+    (tmp_path / "reports").mkdir()
+    folder = run("--dry-run", "--report", "reports", cwd=tmp_path)
+    assert folder.returncode == 2 and "--report reports is a folder" in folder.stderr.replace(f"{tmp_path}/", "")
+    (tmp_path / "mirror.toml").write_text("")
+    missing = run("--dry-run", "--mirror", "absent.toml", "--cell", "nope", cwd=tmp_path)
+    assert missing.returncode == 2 and "field-check: --mirror absent.toml: no such file" in missing.stderr
+    found = run("--dry-run", "--mirror", "mirror.toml", "--cell", "nope", cwd=tmp_path)  # refused later, for the cell
+    assert found.returncode == 2 and "'nope' is not a cell id" in found.stderr, found.stderr
 
 
 def test_the_field_mode_refuses_a_machine_without_neuron_devices() -> None:
