@@ -334,8 +334,10 @@ def cmd_bundle(args: argparse.Namespace, matrix: Matrix) -> int:
 
 
 def cmd_build_ami(args: argparse.Namespace, matrix: Matrix) -> int:
+    from neuron_torch.files import find_program
     from neuron_torch.packer import build as build_ami
 
+    packer = find_program(args.packer) or args.packer  # Packer runs in the checkout: `--packer ./packer` is ours
     extra = []
     for value in args.var:
         name, sep, _ = value.partition("=")
@@ -345,9 +347,9 @@ def cmd_build_ami(args: argparse.Namespace, matrix: Matrix) -> int:
     if args.dry_run:
         from neuron_torch.packer import describe, identity
 
-        print(describe(identity(matrix, matrix.cell(args.cell), packer=args.packer, extra=extra, lock=args.lock)))
+        print(describe(identity(matrix, matrix.cell(args.cell), packer=packer, extra=extra, lock=args.lock)))
         return EXIT_OK
-    return build_ami(matrix, args.cell, only=args.only, packer=args.packer, extra=extra, lock=args.lock)
+    return build_ami(matrix, args.cell, only=args.only, packer=packer, extra=extra, lock=args.lock)
 
 
 def cmd_cluster_report(args: argparse.Namespace) -> int:

@@ -100,9 +100,18 @@ def replace_text(path: Path, text: str) -> None:
     _output(lambda: outputs.write_whole(path, text.encode("utf-8")))
 
 
+def find_program(name: str) -> str | None:
+    """`name` looked up as a shell would (a path with a slash as it is, else on PATH), as an absolute path: the
+    commands run programs from other folders (Packer from the checkout, the resolvers from a work folder), where
+    `./packer` or a relative PATH entry would name another file or none."""
+    found = shutil.which(name)
+    return os.path.abspath(found) if found else None
+
+
 def check_executable(value: str, variable: str) -> str:
-    """A program named by an environment variable must be an executable file (a name is looked up on PATH)."""
-    found = shutil.which(value)
+    """A program named by an environment variable must be an executable file (a name is looked up on PATH); its
+    absolute path."""
+    found = find_program(value)
     if found is None:
         raise NeuronTorchError(
             f"${variable}={quote(value)}: no such executable (not a file with execute permission, nor a program on "

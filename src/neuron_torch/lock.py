@@ -12,7 +12,6 @@ a lock a user made with pip-compile.
 from __future__ import annotations
 
 import os
-import shutil
 import subprocess
 import sys
 import tempfile
@@ -21,7 +20,14 @@ from dataclasses import replace
 from pathlib import Path
 
 from neuron_torch.errors import EXIT_FAILED, NeuronTorchError
-from neuron_torch.files import check_ca_bundle, check_executable, check_output_file, replace_text, tool_env
+from neuron_torch.files import (
+    check_ca_bundle,
+    check_executable,
+    check_output_file,
+    find_program,
+    replace_text,
+    tool_env,
+)
 from neuron_torch.lockfile import Lock, LockedPackage, lock_problems, read_lock, render_lock
 from neuron_torch.matrix import Cell, Index, Matrix
 from neuron_torch.routing import IndexReader
@@ -37,7 +43,7 @@ def find_uv() -> str:
     explicit = os.environ.get("NEURON_TORCH_UV")
     if explicit:
         return check_executable(explicit, "NEURON_TORCH_UV")
-    found = shutil.which("uv")
+    found = find_program("uv")
     if found:
         return found
     try:
@@ -53,7 +59,7 @@ def find_pip_compile_python(cell: Cell) -> str:
     if f"{sys.version_info.major}.{sys.version_info.minor}" == cell.python:
         candidates = [sys.executable]
     else:
-        candidates = [found for found in [shutil.which(f"python{cell.python}")] if found]
+        candidates = [found for found in [find_program(f"python{cell.python}")] if found]
     for python in candidates:
         if subprocess.run([python, "-c", "import piptools"], capture_output=True).returncode == 0:
             return python

@@ -21,6 +21,7 @@ from typing import Any
 from neuron_torch.build import require_lock
 from neuron_torch.choices import PACKER_SOURCES
 from neuron_torch.errors import EXIT_FAILED, EXIT_OK, NeuronTorchError
+from neuron_torch.files import find_program
 from neuron_torch.matrix import Cell, Matrix
 from neuron_torch.render import write_rendered
 from neuron_torch.render_packer import CELL_FILE, packer_dir, packer_files, var_file_path
@@ -127,7 +128,7 @@ def controller_vars(matrix: Matrix, extra: Sequence[str], testinfra: bool) -> li
     elif (venv / "ansible-playbook").exists():
         playbook = venv / "ansible-playbook"
     else:
-        found = shutil.which("ansible-playbook")
+        found = find_program("ansible-playbook")
         if found is None:
             raise NeuronTorchError(
                 f"the AMI build provisions with Ansible from this machine, and there is no ansible-playbook: neither "

@@ -622,3 +622,17 @@ def test_ssm_publish_points_each_parameter_of_each_region_at_its_ami(tmp_path: P
     if calls:
         assert calls[0] == ("ssm put-parameter --region us-east-1 --name /nt/r/c/image_id --value ami-0aaa "
                             "--type String --data-type aws:ec2:image --overwrite")  # fmt: skip
+
+
+@needs_packer
+def test_build_ami_takes_a_packer_path_relative_to_the_callers_folder(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Packer runs in the checkout; `--packer ./packer` names the caller's file (it was an internal error: Python's
+    FileNotFoundError for ./packer in the checkout). The run reaches Packer's own validation of a bad setting."""
+    packer = shutil.which("packer")
+    assert packer
+    (tmp_path / "packer").symlink_to(packer)
+    monkeypatch.chdir(tmp_path)
+    code, _, err = _dry_run(capsys, "--packer", "./packer", "--var", "ami_build_number=0")
+    assert code == 2 and "The ami_build_number must be a whole number, at least 1" in err, err

@@ -107,6 +107,18 @@ def test_neuron_torch_uv_wins(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -
         locking.find_uv()
 
 
+def test_a_relative_uv_is_made_absolute(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The resolver runs in a work folder: a uv named from the caller's folder (NEURON_TORCH_UV=./uv, or a relative
+    PATH entry) is taken as an absolute path, or the run would look for it in the work folder."""
+    uv = stand_in_uv(tmp_path / "bin")
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("NEURON_TORCH_UV", "./bin/uv")
+    assert locking.find_uv() == str(uv)
+    monkeypatch.delenv("NEURON_TORCH_UV")
+    monkeypatch.setenv("PATH", "bin")
+    assert locking.find_uv() == str(uv)
+
+
 def test_uv_on_path_then_the_uv_package(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("NEURON_TORCH_UV", raising=False)
     (tmp_path / "bin").mkdir()
