@@ -33,7 +33,7 @@ def _stand_ins(bin_dir: Path, srun_exit: int, job_state: str, report_exit: int) 
 
 
 def _run(
-    tmp_path: Path, srun_exit: int, job_state: str, report_exit: int = 1
+    tmp_path: Path, srun_exit: int, job_state: str, report_exit: int = 1, **settings: str
 ) -> tuple[subprocess.CompletedProcess[str], str]:
     log = _stand_ins(tmp_path / "bin", srun_exit, job_state, report_exit)
     env = {
@@ -43,8 +43,11 @@ def _run(
         "SLURM_JOB_NUM_NODES": "2",
         "NEURON_TORCH_CLUSTER_DIR": str(tmp_path / "reports"),
         "NEURON_TORCH_VENV": str(tmp_path / "venv"),
+        **settings,
     }
-    done = subprocess.run(["bash", str(SCRIPT)], env=env, capture_output=True, text=True, timeout=60, check=False)
+    done = subprocess.run(
+        ["bash", str(SCRIPT)], env=env, capture_output=True, text=True, timeout=60, check=False, cwd=tmp_path
+    )
     return done, log.read_text() if log.exists() else ""
 
 
@@ -63,3 +66,16 @@ def test_otherwise_the_verdict_is_cluster_reports(tmp_path: Path, srun_exit: int
     assert f"neuron-torch cluster-report {tmp_path / 'reports'} --expect 2" in calls
     assert ("scontrol show job" in calls) is bool(srun_exit)  # asked only when the step failed
     assert (tmp_path / "reports" / "slurm-nodes").read_text() == "n1\nn2\n"
+
+
+def test_a_relative_report_folder_is_the_submit_folders_for_every_node_and_the_container(tmp_path: Path) -> None:
+    """NEURON_TORCH_CLUSTER_DIR=reports: one absolute folder (the submit folder's), as the image's mount needs it, in
+    the step's --report-dir and the report's folder alike."""
+    done, calls = _run(
+        tmp_path, srun_exit=0, job_state="RUNNING", report_exit=0, NEURON_TORCH_CLUSTER_DIR="reports",
+        NEURON_TORCH_IMAGE="registry.example.com/neuron-torch:cell",
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    reports = tmp_path / "reports"
+    assert f"--container-mounts={reports}:{reports} " in calls and f"--report-dir {reports}\n" in calls, calls
+    assert f"neuron-torch cluster-report {reports} --expect 2" in calls
