@@ -30,6 +30,10 @@ while [ $# -gt 0 ]; do
         *) echo "install.sh: unknown option $1 ($usage)" >&2; exit 2 ;;
     esac
 done
+# A relative DIR is the caller's, not the bundle's: the script works in the bundle from here on, and the venv's
+# verify-device names both folders wherever it is run from.
+case $venv in /*) ;; *) venv=$(pwd)/$venv ;; esac
+case $prefix in /*) ;; *) prefix=$(pwd)/$prefix ;; esac
 cd "$bundle"
 sha256sum --quiet --strict -c SHA256SUMS
 # Before anything is installed: the cell's Python, able to make a venv (Debian's and Ubuntu's python3 cannot without

@@ -79,14 +79,19 @@ def test_bundle_holds_the_lock_the_debs_and_their_sums() -> None:
 def test_the_bundle_installs_offline_and_its_verify_device_passes_on_real_torch() -> None:
     """install.sh as root (path D's `sudo`) with the network off on a fresh container of the Debian 12 base (python3
     with its venv module, as path D asks), then the installed verify-device on the CPU: every computed stage passes
-    against the installed cell record, with the bundle's torch."""
+    against the installed cell record, with the bundle's torch. Then install.sh again from another folder with
+    relative --venv and --prefix (the venv made above, under another name, so nothing is installed twice): they are
+    that folder's, not the bundle's (a read-only mount here), and its verify-device runs from anywhere."""
     out = bundle()
     docker = shutil.which("docker")
     if docker is None or subprocess.run([docker, "info"], capture_output=True).returncode != 0:
         pytest.skip("docker is not available")
     base = json.loads((out / "manifest.json").read_text())["os"]["base_image"]
     script = "nt-bundle/install.sh > /tmp/install.log 2>&1 || { tail -20 /tmp/install.log; exit 9; }; " \
-        "/opt/neuron-venv/bin/verify-device --device cpu"  # fmt: skip
+        "/opt/neuron-venv/bin/verify-device --device cpu && ln -s /opt/neuron-venv /tmp/rel && cd /tmp && " \
+        "/root/nt-bundle/install.sh --no-apt --venv rel --prefix pre > /tmp/rel.log 2>&1 " \
+        "|| { tail -20 /tmp/rel.log; exit 8; }; cd / && /tmp/rel/bin/verify-device --device cpu --stages environment " \
+        "--report /tmp/rel.json && grep -q '/tmp/pre/smoke_tests' /tmp/rel/bin/verify-device"  # fmt: skip
     mount = ["-v", f"{out}:/root/nt-bundle:ro", "-w", "/root"]
     result = subprocess.run(
         [docker, "run", "--rm", "--network", "none", *mount, base, "sh", "-c", script],
