@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING
 
 from neuron_cell.boundary import OneLineParser, clip, guard
 from neuron_smoke import EXIT_USAGE, output, registry, validate
-from neuron_smoke.argtypes import non_negative, positive
+from neuron_smoke.argtypes import non_negative, positive, seconds
 from neuron_smoke.context import Options
 from neuron_smoke.errors import UsageError
 from neuron_smoke.launchers import LAUNCHERS, Launcher
@@ -59,7 +59,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--report", type=Path, metavar="FILE", help="write the JSON report here")
     p.add_argument("--junit", type=Path, metavar="FILE", help="write JUnit XML here")
-    p.add_argument("--timeout", type=positive(float), default=300.0, metavar="SECONDS", help="per stage (300)")
+    p.add_argument("--timeout", type=seconds, default=300.0, metavar="SECONDS", help="per stage (300)")
     p.add_argument(
         "--stages",
         type=_csv,

@@ -16,7 +16,7 @@ from pathlib import Path
 
 from neuron_cell.boundary import quote
 from neuron_smoke import nodelist
-from neuron_smoke.argtypes import positive
+from neuron_smoke.argtypes import seconds
 from neuron_smoke.errors import UsageError
 
 DEFAULT_PORT = 29500  # torchrun's MASTER_PORT default
@@ -67,7 +67,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     )
     group.add_argument(
         "--join-timeout",
-        type=positive(float),  # finite too: no rendezvous store takes inf as its timeout
+        type=seconds,  # finite and bounded: no rendezvous store takes inf, nor 1e308, as its timeout
         metavar="SECONDS",
         help=f"how long the nodes wait for each other; a node not joined by then is named missing "
         f"({DEFAULT_JOIN_TIMEOUT_S:g})",

@@ -7,7 +7,7 @@ from collections.abc import Callable
 
 import pytest
 
-from neuron_smoke.argtypes import non_negative, positive
+from neuron_smoke.argtypes import MAX_SECONDS, non_negative, positive, seconds
 
 
 def test_positive_takes_numbers_over_zero_of_its_kind() -> None:
@@ -48,3 +48,10 @@ def test_a_value_that_does_not_parse_is_named_with_its_kind_by_argparse(capsys: 
     with pytest.raises(SystemExit):
         parser.parse_args(["--n", "x"])
     assert "argument --n: invalid int value: 'x'" in capsys.readouterr().err
+
+
+def test_seconds_take_a_time_limit_over_zero_up_to_a_week() -> None:
+    assert seconds("0.5") == 0.5 and seconds(str(MAX_SECONDS)) == MAX_SECONDS == 7 * 24 * 3600
+    for value in ("0", "-1", "nan", "inf", "1e308", str(MAX_SECONDS + 1)):  # 1e308 overflowed time_t in a stage
+        with pytest.raises(argparse.ArgumentTypeError, match=f"over 0 and at most 604800 \\(a week\\): {value}$"):
+            seconds(value)

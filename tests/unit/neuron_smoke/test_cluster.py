@@ -85,14 +85,15 @@ def test_bad_values_are_usage_errors(argv: tuple[str, ...], env: dict[str, str],
         cluster.from_args(args(*argv), env)
 
 
-@pytest.mark.parametrize("value", ["0", "-1", "inf", "nan"])
-def test_a_join_timeout_not_finite_and_over_0_is_refused_by_the_parser(
+@pytest.mark.parametrize("value", ["0", "-1", "inf", "nan", "1e308", "604801"])
+def test_a_join_timeout_not_over_0_and_within_a_week_is_refused_by_the_parser(
     value: str, capsys: pytest.CaptureFixture[str]
 ) -> None:
     with pytest.raises(SystemExit) as exited:
         args("--nnodes", "2", "--join-timeout", value)
     assert exited.value.code == 2
-    assert f"argument --join-timeout: must be a finite number > 0: {value}" in capsys.readouterr().err
+    expected = f"argument --join-timeout: must be a number of seconds over 0 and at most 604800 (a week): {value}"
+    assert expected in capsys.readouterr().err
 
 
 def test_ipv6_masters() -> None:
