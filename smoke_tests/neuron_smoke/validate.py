@@ -43,8 +43,14 @@ def check_cluster(args: argparse.Namespace) -> ClusterSpec | None:
 
     release_facts.check()
     spec = cluster.from_args(args, os.environ)
-    if args.allreduce_max_bytes is not None and args.allreduce_max_bytes < 8:
-        raise UsageError(f"--allreduce-max-bytes must be at least 8: {args.allreduce_max_bytes}")
+    limit = args.allreduce_max_bytes
+    if limit is not None and limit < 8:
+        raise UsageError(f"--allreduce-max-bytes must be at least 8: {limit}")
+    if limit is not None and limit > _host_memory():  # the allocator's error at the stage's largest size, otherwise
+        raise UsageError(
+            f"--allreduce-max-bytes {limit}: {_gib(limit)}, more than this host's {_gib(_host_memory())} of memory; "
+            "give a smaller N, or leave it out for the device's default"
+        )
     args.node_report = spec.report_file() if spec else None
     if args.node_report is not None:
         paths.output_folder(args.node_report.parent, "--report-dir")
@@ -75,12 +81,16 @@ def check_throughput_size(args: argparse.Namespace) -> None:
     if n is None:
         return
     need = 2 * n * n * 4
-    total = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    total = _host_memory()
     if need > total:
         raise UsageError(
             f"--throughput-size {n}: the two {n}x{n} float32 inputs need {_gib(need)}, more than this host's "
             f"{_gib(total)} of memory; give a smaller N, or leave --throughput-size out for the device's default"
         )
+
+
+def _host_memory() -> int:
+    return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
 
 
 def _gib(size: int) -> str:

@@ -125,6 +125,11 @@ CASES: list[Case] = [
     Case("instance typo", ["--instance-type", "trn2.48xlage"], "'48xlage' is not an EC2 instance size"),
     Case("instance other", ["--instance-type", "p5.48xlarge"], "supported families: trn2, trn3"),
     Case("throughput size huge", ["--throughput-size", "10000000"], "inputs need 745,058.1 GiB, more than this host"),
+    Case(
+        "allreduce size huge",
+        ["--nnodes", "2", "--node-rank", "0", "--master", "127.0.0.1:29500", "--allreduce-max-bytes", "10" + "0" * 14],
+        "--allreduce-max-bytes 1000000000000000: 931,322.6 GiB, more than this host's",  # was the allocator's error
+    ),
     Case("floor 100", ["--throughput-floor", "100"], "--throughput-floor must be a percentage"),
     Case("floor negative", ["--throughput-floor", "-1"], "--throughput-floor must be a percentage"),
     # the cell file
