@@ -37,7 +37,7 @@ def judge(table: InstanceTable, instance_type: str) -> Judged:
         return Judged(table.known[instance_type], listed=True)
     known = ", ".join(table.known)
     plain = instance_type.strip().lower()
-    if plain != instance_type:  # EC2 and IMDS spell types in lower case: judged as typed, a listed type is refused
+    if plain != instance_type:  # EC2 and IMDS spell every type in lower case: the one a user meant is named
         raise UnsupportedInstance(
             f"instance type {quote(instance_type)}: EC2 instance types are lower case, without spaces: give "
             f"{quote(plain)}"
