@@ -126,6 +126,8 @@ def load(spec: str | None) -> ModelSpec:
     factory = resolve_factory(spec)
     try:
         made = factory()
+    except SystemExit as exc:
+        raise UsageError(f"--model {spec}: the factory {exited(exc)}; a factory returns (model, inputs)") from None
     except Exception as exc:
         raise UsageError(f"--model {spec}: the factory raised {type(exc).__name__}: {exc}") from exc
     if not isinstance(made, tuple) or len(made) not in (2, 3, 4):
@@ -168,6 +170,8 @@ def _check_on_cpu(spec: ModelSpec) -> None:
             loss = spec.loss_fn(spec.model(*spec.args, **spec.kwargs))
     except UsageError:
         raise
+    except SystemExit as exc:
+        raise UsageError(f"--model {spec.name}: the model or loss_fn {exited(exc)} on the CPU") from None
     except Exception as exc:
         raise UsageError(
             f"--model {spec.name}: the model or loss_fn fails on the CPU: {type(exc).__name__}: {exc}"
@@ -201,6 +205,11 @@ def _split_inputs(spec: str, inputs: Any) -> tuple[tuple[Any, ...], dict[str, An
     return args, kwargs
 
 
+def exited(exc: SystemExit) -> str:
+    """What a user's code that called sys.exit did (verify-device would end with its code, silently, and no report)."""
+    return f"exited (sys.exit({exc.code!r}))"
+
+
 def resolve_factory(spec: str) -> Callable[[], Any]:
     module_name, sep, attr = spec.partition(":")
     if not sep or not module_name or not attr:
@@ -218,6 +227,11 @@ def resolve_factory(spec: str) -> Callable[[], Any]:
         own = exc.name is not None and f"{module_name}.".startswith(f"{exc.name}.")
         hint = " (put the folder that holds it on PYTHONPATH)" if own else ""
         raise UsageError(f"--model {spec}: cannot import {module_name}: {exc}{hint}") from exc
+    except SystemExit as exc:  # a script: its argument parsing or main run at import
+        raise UsageError(
+            f"--model {spec}: importing {module_name} {exited(exc)}; a module named by --model must not exit when "
+            'imported: run a script\'s own argument parsing and main under `if __name__ == "__main__":`'
+        ) from None
     except Exception as exc:  # the module's own code failed (a SyntaxError, an error raised at import)
         raise UsageError(f"--model {spec}: importing {module_name} raised {type(exc).__name__}: {exc}") from exc
     factory = getattr(module, attr, None)

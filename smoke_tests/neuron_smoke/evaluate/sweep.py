@@ -157,6 +157,8 @@ def example_at(spec: models.ModelSpec, shape: tuple[int, ...], seed: int) -> tup
     assert spec.factory is not None
     try:
         made = spec.factory(shape=shape)
+    except SystemExit as exc:
+        raise UsageError(f"--shapes: {spec.name}(shape={shape}) {models.exited(exc)}") from None
     except Exception as exc:
         raise UsageError(f"--shapes: {spec.name}(shape={shape}) raised {type(exc).__name__}: {exc}") from exc
     if not isinstance(made, tuple) or len(made) < 2:

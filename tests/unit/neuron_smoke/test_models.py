@@ -121,8 +121,12 @@ def test_a_factory_that_cannot_be_found_is_a_usage_error(target: str, problem: s
         ('raise RuntimeError("needs a GPU")', "importing user_model_nt raised RuntimeError: needs a GPU"),
         ("def build(:", "importing user_model_nt raised SyntaxError: "),
         ("import not_installed_dependency_nt", "No module named 'not_installed_dependency_nt'"),
+        # a script calling sys.exit at import ended verify-device with its code, silently, and no report
+        ("import sys\nsys.exit(3)", "importing user_model_nt exited (sys.exit(3)); a module named by --model must "
+                                     "not exit when imported"),
+        ("import argparse\nargparse.ArgumentParser().parse_args(['--epochs'])", "exited (sys.exit(2))"),
     ],
-)
+)  # fmt: skip
 def test_a_module_that_fails_to_import_is_a_usage_error(
     source: str, problem: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -135,6 +139,11 @@ def test_a_module_that_fails_to_import_is_a_usage_error(
     assert problem in str(raised.value) and "PYTHONPATH" not in str(raised.value)
 
 
+class Exits(nn.Module):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        sys.exit("done")
+
+
 def _raises() -> Any:
     raise KeyError("weights.bin")
 
@@ -143,6 +152,8 @@ def _raises() -> Any:
     ("factory", "problem"),
     [
         (_raises, "the factory raised KeyError"),
+        (lambda: sys.exit(4), "the factory exited (sys.exit(4)); a factory returns (model, inputs)"),
+        (lambda: (Exits(), torch.ones(1, 3)), "the model or loss_fn exited (sys.exit('done')) on the CPU"),
         (lambda: (Pair(), {1: torch.ones(1, 3)}), "inputs is a dict"),
         (lambda: (Pair(), ()), "no tensor"),
         (lambda: (Pair(), (torch.ones(1, 3), 2.0)), "non-tensor leaves (float)"),

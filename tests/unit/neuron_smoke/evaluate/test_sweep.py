@@ -3,6 +3,7 @@ compiled training step per shape, recompiles apart from graph breaks, throughput
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -242,6 +243,9 @@ def test_a_factory_with_a_shape_keyword_makes_each_shapes_inputs_and_loss() -> N
     broken = ModelSpec(model, (x,), {}, loss, "pkg:broken", factory=lambda shape=None: 1 / 0)
     with pytest.raises(UsageError, match=r"pkg:broken\(shape=\(3, 4\)\) raised ZeroDivisionError"):
         sweep.example_at(broken, (3, 4), 0)
+    exits = ModelSpec(model, (x,), {}, loss, "pkg:exits", factory=lambda shape=None: sys.exit(1))
+    with pytest.raises(UsageError, match=r"pkg:exits\(shape=\(3, 4\)\) exited \(sys.exit\(1\)\)"):
+        sweep.example_at(exits, (3, 4), 0)  # a SystemExit ended verify-device silently
     assert not sweep.takes_shape(lambda: None) and not sweep.takes_shape(None)
 
 
