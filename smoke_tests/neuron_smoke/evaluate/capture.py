@@ -191,7 +191,7 @@ def _moved(
         model, untied = moved if moved is not None else move(spec.model, device)
         model.zero_grad(set_to_none=True)
         args, kwargs = spec.inputs_on(device)
-    except Exception as exc:
+    except failure.USER_ERRORS as exc:
         named = [*spec.model.named_parameters(), *spec.model.named_buffers()]
         odd = next((n for n, t in named if t.layout != torch.strided), None)
         module = (odd.rpartition(".")[0] or inv.ROOT) if odd else None
@@ -252,7 +252,7 @@ def train_step(
                 cap.copy.writing(params)  # the mode does not see these writes
                 optimizer.step()
             synchronize()
-        except Exception as exc:
+        except failure.USER_ERRORS as exc:
             raise _failed(exc, phase, nesting.stack, recorded) from exc
         finally:
             nesting.remove()
@@ -269,7 +269,7 @@ def train_step(
     return cap
 
 
-def _failed(error: Exception, phase: str, active: list[str], recorded: Any) -> failure.StepFailed:
+def _failed(error: BaseException, phase: str, active: list[str], recorded: Any) -> failure.StepFailed:
     raised = recorded.recorder.failed if isinstance(recorded, inv.Inventory) and recorded.recorder else None
     module = active[-1] if active else (raised[1] if raised else None)
     return failure.StepFailed(failure.finding(error, phase, module, raised[0] if raised else None))

@@ -14,6 +14,12 @@ import neuron_smoke
 _NOT_THEIRS = (str(Path(torch.__file__).parent), str(Path(neuron_smoke.__file__).parent), "contextlib.py")
 
 
+# What a user's model may raise in a step: any error, and SystemExit (a script's own check that calls sys.exit, such as
+# stopping on a NaN loss), which would otherwise end verify-device with the user's code and no report. Never
+# KeyboardInterrupt: Ctrl-C still ends the run.
+USER_ERRORS: tuple[type[BaseException], ...] = (Exception, SystemExit)
+
+
 class StepFailed(Exception):
     """Raised by a captured step that failed; `finding` says where."""
 

@@ -84,7 +84,7 @@ def curve(
                 torch.autograd.backward(loss)
                 optimizer.step()
                 synchronize()
-            except Exception as exc:
+            except failure.USER_ERRORS as exc:
                 found = failure.finding(exc, f"loss parity, step {step} of {steps}", None, None)
                 raise failure.StepFailed(found) from exc
             losses.append(float(loss.detach().float().cpu()))

@@ -208,7 +208,7 @@ def _precision(opts: EvalOptions, spec: ModelSpec, base: baseline.Baseline | Non
     }
 
 
-def _locate(error: Exception, spec: ModelSpec, device_type: str, at: str) -> dict[str, Any]:
+def _locate(error: BaseException, spec: ModelSpec, device_type: str, at: str) -> dict[str, Any]:
     """Where the step failed: the instrumented step says (op, module, line); a failure in the bare first step is
     located by running the instrumented step once more."""
     if isinstance(error, failure.StepFailed):
@@ -217,7 +217,7 @@ def _locate(error: Exception, spec: ModelSpec, device_type: str, at: str) -> dic
         capture.train_step(spec, device_type, with_inventory=True, at=at)
     except failure.StepFailed as located:
         return located.finding
-    except Exception:
+    except failure.USER_ERRORS:
         pass
     return failure.finding(error, "forward", None, None)
 
@@ -249,7 +249,7 @@ def _measure(
         data["timing"] = capture.time_steps(
             spec, backend.device_type, opts.warmup, opts.iterations, sync, instrumented, at=at
         )
-    except Exception as exc:  # the user's model raised: a finding, and the report still written
+    except failure.USER_ERRORS as exc:  # the user's model raised (or exited): a finding, and the report still written
         _step_failed(data, _locate(exc, spec, backend.device_type, at), spec)
         return None
     dev = steps[0]

@@ -29,7 +29,7 @@ from torch.utils import _pytree as pytree
 
 from neuron_smoke import modelcopy, models
 from neuron_smoke.errors import UsageError
-from neuron_smoke.evaluate import buckets, precision
+from neuron_smoke.evaluate import buckets, failure, precision
 from neuron_smoke.evaluate.capture import _percentile, move
 from neuron_smoke.model_contract import CONTRACT
 
@@ -134,12 +134,12 @@ def _forward_fits(spec: models.ModelSpec, shape: tuple[int, ...], first: torch.T
             args, kwargs = pytree.tree_map(meta, example)
             torch.func.functional_call(model, state, tuple(args), dict(kwargs))
         return
-    except Exception:  # an error meta tensors alone may cause: tried with data below
+    except failure.USER_ERRORS:  # an error meta tensors alone may cause: tried with data below
         pass
     try:
         with torch.no_grad(), torch.random.fork_rng(devices=[]):
             modelcopy.deep_copy(model)(*example[0], **example[1])
-    except Exception as exc:
+    except failure.USER_ERRORS as exc:
         first_line = (str(exc).strip().splitlines() or [""])[0]
         raise UsageError(
             f"--shapes: {_name(shape)} does not fit the model: its forward at {_name(shape)} raised "
@@ -206,7 +206,7 @@ def graph_breaks(model: torch.nn.Module, inputs: Example) -> dict[str, Any]:
     torch._dynamo.explain (which resets Dynamo before and after)."""
     try:
         found = torch._dynamo.explain(model)(*inputs[0], **inputs[1])
-    except Exception as exc:  # the compiled step meets the same error and reports it
+    except failure.USER_ERRORS as exc:  # the compiled step meets the same error and reports it
         return {"graph_breaks": None, "break_reasons": [], "explain_error": f"{type(exc).__name__}: {exc}"}
     reasons: list[dict[str, str | None]] = []
     for r in found.break_reasons:
@@ -251,7 +251,7 @@ def run(
             inputs, loss_fn = made[shape]
             try:
                 rows.append(timer.shape(_on(inputs, device), loss_fn, shape, counter, steps) | breaks[shape])
-            except Exception as exc:  # a readiness finding: the op that failed is looked up in the inventory
+            except failure.USER_ERRORS as exc:  # a readiness finding: the op that failed is looked up in the inventory
                 error = exc
                 break
     finally:
