@@ -199,7 +199,7 @@ def test_cpu_tolerates_absent_neuron_packages_but_not_drift(
         (["--model", "no_such_module:factory"], "cannot import no_such_module"),
         (["--model", "nocolon"], "expected package.module:factory"),
         (["--stages", "matmul,warp"], "unknown stage(s) warp"),
-        (["--timeout", "0"], "must be a finite number > 0"),
+        (["--timeout", "0"], "must be a number of seconds over 0 and at most"),
     ],
 )
 def test_usage_errors_exit_2(
