@@ -36,11 +36,11 @@ while (($#)); do
     --cell) need_value "$@"; cell=$2; shift ;;
     --mirror)
       need_value "$@"
-      if [[ ! -f $(in_caller "$2") ]]; then
+      mirror=(--mirror "$(in_caller "$2")")
+      if [[ ! -f ${mirror[1]} ]]; then
         echo "field-check: --mirror $2: no such file; name your mirror settings (docs/mirrors.md)" >&2
         exit 2
       fi
-      mirror=(--mirror "$(in_caller "$2")")
       shift
       ;;
     -h | --help) usage; exit 0 ;;

@@ -12,22 +12,6 @@ def positive(kind: Callable[[str], float]) -> Callable[[str], float]:
     return _bounded(kind, lambda n: n > 0, "> 0", "a finite number > 0")
 
 
-MAX_SECONDS = 7 * 24 * 3600  # a week: a deadline further off overflows the clocks and timers it is handed to
-
-
-def seconds(value: str) -> float:
-    """A time limit: a finite number of seconds over 0, at most a week (`--timeout 1e308` overflowed time_t)."""
-    number = float(value)
-    if not 0 < number <= MAX_SECONDS:  # nan and inf fail too
-        raise argparse.ArgumentTypeError(
-            f"must be a number of seconds over 0 and at most {MAX_SECONDS} (a week): {value}"
-        )
-    return number
-
-
-seconds.__name__ = "float"  # argparse names it in "invalid float value: 'x'"
-
-
 def non_negative(kind: Callable[[str], float]) -> Callable[[str], float]:
     """A number of `kind` (int or float) of 0 or more (a count of warm-up steps); a float must be finite too."""
     return _bounded(kind, lambda n: n >= 0, "0 or more", "a finite number, 0 or more")
@@ -46,3 +30,10 @@ def _bounded(
 
     parse.__name__ = kind.__name__  # argparse names it in "invalid int value: 'x'"
     return parse
+
+
+MAX_SECONDS = 7 * 24 * 3600  # a week: a deadline further off overflows the clocks and timers it is handed to
+# A time limit (--timeout, --join-timeout): seconds over 0, at most a week (`--timeout 1e308` overflowed time_t).
+seconds = _bounded(
+    float, lambda n: 0 < n <= MAX_SECONDS, "", f"a number of seconds over 0 and at most {MAX_SECONDS} (a week)"
+)

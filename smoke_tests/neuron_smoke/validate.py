@@ -43,12 +43,12 @@ def check_cluster(args: argparse.Namespace) -> ClusterSpec | None:
 
     release_facts.check()
     spec = cluster.from_args(args, os.environ)
-    limit = args.allreduce_max_bytes
+    limit, total = args.allreduce_max_bytes, _host_memory()
     if limit is not None and limit < 8:
         raise UsageError(f"--allreduce-max-bytes must be at least 8: {limit}")
-    if limit is not None and limit > _host_memory():  # the allocator's error at the stage's largest size, otherwise
+    if limit is not None and limit > total:  # the allocator's error at the stage's largest size, otherwise
         raise UsageError(
-            f"--allreduce-max-bytes {limit}: {_gib(limit)}, more than this host's {_gib(_host_memory())} of memory; "
+            f"--allreduce-max-bytes {limit}: {_gib(limit)}, more than this host's {_gib(total)} of memory; "
             "give a smaller N, or leave it out for the device's default"
         )
     args.node_report = spec.report_file() if spec else None
